@@ -1,0 +1,105 @@
+"""The seam every token source implements: a request in, an async stream of token chunks out.
+
+Engines know nothing of Responses events. They yield `TokenChunk`s as their steps produce them
+(one token, or several when speculative decoding or a stream interval batches them), and the
+driver in `streamfold.adapters` splits each chunk into single tokens for the reducer.
+
+Cancellation is the consumer closing the iterator: `generate` is an async generator, and its
+`finally` block must abort the request in the engine, so a client that goes away leaves no work
+running behind it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from typing import Literal, Protocol, runtime_checkable
+
+import attrs
+
+__all__ = [
+    "FinishReason",
+    "GenerationRequest",
+    "SamplingParams",
+    "TokenChunk",
+    "TokenSource",
+]
+
+FinishReason = Literal["stop", "length", "abort", "error"]
+FINISH_REASONS: tuple[FinishReason, ...] = ("stop", "length", "abort", "error")
+
+
+def _non_negative(instance: object, attribute: attrs.Attribute[int], value: int) -> None:
+    if value < 0:
+        raise ValueError(f"{attribute.name} must be >= 0, got {value}")
+
+
+@attrs.frozen(kw_only=True)
+class SamplingParams:
+    """Per-request sampling. `temperature=0` means greedy; `top_k=0` means no top-k cut."""
+
+    temperature: float = 1.0
+    top_p: float = 1.0
+    top_k: int = attrs.field(default=0, validator=_non_negative)
+    seed: int | None = None
+    logprobs: bool = False
+    top_logprobs: int = attrs.field(default=0, validator=_non_negative)
+
+    def __attrs_post_init__(self) -> None:
+        if self.temperature < 0:
+            raise ValueError(f"temperature must be >= 0, got {self.temperature}")
+        if not 0 < self.top_p <= 1:
+            raise ValueError(f"top_p must be in (0, 1], got {self.top_p}")
+
+
+@attrs.frozen(kw_only=True)
+class GenerationRequest:
+    """What a token source needs to generate one completion."""
+
+    request_id: str
+    prompt_token_ids: tuple[int, ...]
+    max_output_tokens: int | None = None
+    sampling: SamplingParams = SamplingParams()
+    stop_token_ids: tuple[int, ...] = ()
+
+
+@attrs.frozen(kw_only=True)
+class TokenChunk:
+    """One engine output: the tokens one step made, and on the last chunk the finish reason.
+
+    `logprobs`, when present, has one float per token. `top_logprobs`, when present, has one
+    tuple of `(token_id, logprob)` pairs per token. A chunk may carry no tokens at all (a final
+    chunk that only reports the finish reason). `error` explains a `finish_reason == "error"`.
+    """
+
+    token_ids: tuple[int, ...] = ()
+    logprobs: tuple[float, ...] | None = None
+    top_logprobs: tuple[tuple[tuple[int, float], ...], ...] | None = None
+    finish_reason: FinishReason | None = None
+    error: str | None = None
+
+    def __attrs_post_init__(self) -> None:
+        if self.logprobs is not None and len(self.logprobs) != len(self.token_ids):
+            raise ValueError(
+                f"TokenChunk has {len(self.token_ids)} tokens but {len(self.logprobs)} logprobs;"
+                " give one logprob per token or none"
+            )
+        if self.top_logprobs is not None and len(self.top_logprobs) != len(self.token_ids):
+            raise ValueError(
+                f"TokenChunk has {len(self.token_ids)} tokens but {len(self.top_logprobs)}"
+                " top_logprobs entries; give one per token or none"
+            )
+        if self.finish_reason is not None and self.finish_reason not in FINISH_REASONS:
+            raise ValueError(
+                f"finish_reason must be one of {FINISH_REASONS}, got {self.finish_reason!r}"
+            )
+
+
+@runtime_checkable
+class TokenSource(Protocol):
+    """Anything that turns a `GenerationRequest` into an async stream of `TokenChunk`s.
+
+    The last chunk carries `finish_reason`. Closing the iterator early (`aclose()`) must abort
+    the request and free its resources.
+    """
+
+    def generate(self, request: GenerationRequest) -> AsyncIterator[TokenChunk]: ...

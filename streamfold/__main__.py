@@ -1,0 +1,3 @@
+from streamfold.cli import main
+
+raise SystemExit(main())
