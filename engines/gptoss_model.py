@@ -1,0 +1,242 @@
+"""The gpt-oss forward pass: token ids and positions in, logits out.
+
+The model owns no KV cache. Each layer hands its queries, keys and values to an
+`AttentionBackend`, which stores the keys and values where it likes and returns the attention
+output. `DenseAttention` keeps one sequence's cache in contiguous tensors (part 1, and the
+oracle for the paged cache); the engine's paged backend keeps many sequences in blocks. Both
+call the same `attend` kernel, so paged and dense results agree to rounding.
+
+Operator order follows openai/gpt-oss `torch/model.py`: RMSNorm in fp32; q/k/v with bias;
+NeoX rotary with YaRN; softmax over keys plus one learned sink logit per head; sliding window
+on the layers that have it; top-k router with softmax over the selected logits; SwiGLU with
+gate clamped above, linear clamped both sides, and +1 on the linear branch.
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+from typing import Protocol
+
+import torch
+import torch.nn.functional as F
+
+from .gptoss_config import GptOssConfig, load_config
+from .gptoss_weights import ExpertMode, GptOssWeights, LayerWeights, load_weights
+
+__all__ = ["AttentionBackend", "DenseAttention", "GptOssModel", "attend"]
+
+
+class AttentionBackend(Protocol):
+    """Stores this step's keys/values for `layer` and attends the step's queries over the cache.
+
+    q is [T, heads, D], k and v are [T, kv_heads, D] for the T tokens of the step, in the order
+    the model was given them. Returns [T, heads, D].
+    """
+
+    def __call__(
+        self, layer: int, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor
+    ) -> torch.Tensor: ...
+
+
+def attend(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    q_pos: torch.Tensor,
+    k_pos: torch.Tensor,
+    sinks: torch.Tensor,
+    window: int | None,
+) -> torch.Tensor:
+    """Causal attention with sinks for a batch: q [B, Tq, H, D], k/v [B, L, KVH, D],
+    q_pos [B, Tq], k_pos [B, L] (negative marks padding). Returns [B, Tq, H, D].
+
+    The sink is a virtual key whose logit is the head's sink value and whose value is zero:
+    it joins the softmax denominator and nothing else.
+    """
+    b, tq, heads, d = q.shape
+    length, kv_heads = k.shape[1], k.shape[2]
+    group = heads // kv_heads
+    # Query head h reads kv head h // group, so fold the group into the query rows (no K copy).
+    qg = q.view(b, tq, kv_heads, group, d).permute(0, 2, 3, 1, 4).reshape(b, kv_heads, -1, d)
+    scores = torch.matmul(qg, k.permute(0, 2, 3, 1)).float() * (1.0 / math.sqrt(d))
+    scores = scores.view(b, kv_heads, group, tq, length)
+    kp, qp = k_pos[:, None, :], q_pos[:, :, None]
+    allowed = (kp <= qp) & (kp >= 0)
+    if window is not None:
+        allowed &= kp > qp - window
+    scores = scores.masked_fill(~allowed[:, None, None], float("-inf"))
+    sink = sinks.float().view(1, kv_heads, group, 1, 1)
+    peak = torch.maximum(scores.amax(dim=-1, keepdim=True), sink)
+    weights = torch.exp(scores - peak)
+    weights = weights / (weights.sum(dim=-1, keepdim=True) + torch.exp(sink - peak))
+    out = torch.matmul(weights.to(v.dtype).view(b, kv_heads, -1, length), v.permute(0, 2, 1, 3))
+    return out.view(b, kv_heads, group, tq, d).permute(0, 3, 1, 2, 4).reshape(b, tq, heads, d)
+
+
+class DenseAttention:
+    """One sequence's KV cache in contiguous per-layer tensors, grown by concatenation.
+
+    Tokens are assumed to arrive in position order starting at 0 (prefill, then decode steps).
+    """
+
+    def __init__(self, model: GptOssModel) -> None:
+        self.model = model
+        self.keys: list[torch.Tensor | None] = [None] * model.config.num_hidden_layers
+        self.values: list[torch.Tensor | None] = [None] * model.config.num_hidden_layers
+        self.q_pos = torch.zeros(0, dtype=torch.long)
+
+    @property
+    def length(self) -> int:
+        k = self.keys[0]
+        return 0 if k is None else k.shape[0]
+
+    def begin(self, positions: torch.Tensor) -> None:
+        self.q_pos = positions
+
+    def __call__(
+        self, layer: int, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor
+    ) -> torch.Tensor:
+        old_k, old_v = self.keys[layer], self.values[layer]
+        keys = k if old_k is None else torch.cat((old_k, k))
+        values = v if old_v is None else torch.cat((old_v, v))
+        self.keys[layer], self.values[layer] = keys, values
+        k_pos = torch.arange(keys.shape[0], device=q.device)
+        out = attend(
+            q[None], keys[None], values[None], self.q_pos[None].to(q.device), k_pos[None],
+            self.model.sinks[layer], self.model.window(layer),
+        )  # fmt: skip
+        return out[0]
+
+
+class GptOssModel:
+    """gpt-oss weights on one device, and the forward pass over them."""
+
+    def __init__(self, config: GptOssConfig, weights: GptOssWeights) -> None:
+        self.config = config
+        self.weights = weights
+        self.device = weights.embedding.device
+        self.dtype = weights.embedding.dtype
+        self.sinks = [layer.sinks for layer in weights.layers]
+        self.inv_freq = _yarn_inv_freq(config).to(self.device)
+
+    @classmethod
+    def from_pretrained(
+        cls,
+        model_dir: str | Path,
+        *,
+        device: torch.device | str = "cpu",
+        dtype: torch.dtype = torch.float32,
+        experts: ExpertMode = "dequantize",
+    ) -> GptOssModel:
+        config = load_config(model_dir)
+        weights = load_weights(model_dir, config, device=device, dtype=dtype, experts=experts)
+        return cls(config, weights)
+
+    def window(self, layer: int) -> int | None:
+        return self.config.sliding_window if self.config.is_sliding(layer) else None
+
+    @torch.inference_mode()
+    def forward(
+        self,
+        token_ids: torch.Tensor,
+        positions: torch.Tensor,
+        attention: AttentionBackend,
+        *,
+        logits_at: torch.Tensor | None = None,
+    ) -> torch.Tensor:
+        """Logits [N, vocab] in float32 for the rows `logits_at` of the T input tokens (all
+        rows when None). token_ids and positions are 1-D of length T."""
+        x = F.embedding(token_ids.to(self.device), self.weights.embedding)
+        cos, sin = self._rotary(positions.to(self.device))
+        for i, layer in enumerate(self.weights.layers):
+            x = x + self._attention(i, layer, _rms_norm(x, layer.input_norm, self._eps), cos, sin,
+                                    attention)  # fmt: skip
+            x = x + self._moe(layer, _rms_norm(x, layer.post_norm, self._eps))
+        if logits_at is not None:
+            x = x[logits_at.to(self.device)]
+        x = _rms_norm(x, self.weights.norm, self._eps)
+        return F.linear(x, self.weights.lm_head).float()
+
+    __call__ = forward
+
+    @property
+    def _eps(self) -> float:
+        return self.config.rms_norm_eps
+
+    def _rotary(self, positions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        freqs = positions[:, None].float() * self.inv_freq[None, :]
+        scale = self.config.rope.concentration
+        cos = (freqs.cos() * scale).to(self.dtype)[:, None, :]
+        sin = (freqs.sin() * scale).to(self.dtype)[:, None, :]
+        return cos, sin
+
+    def _attention(
+        self,
+        i: int,
+        w: LayerWeights,
+        x: torch.Tensor,
+        cos: torch.Tensor,
+        sin: torch.Tensor,
+        attention: AttentionBackend,
+    ) -> torch.Tensor:
+        c = self.config
+        t = x.shape[0]
+        q = F.linear(x, w.q, w.q_bias).view(t, c.num_attention_heads, c.head_dim)
+        k = F.linear(x, w.k, w.k_bias).view(t, c.num_key_value_heads, c.head_dim)
+        v = F.linear(x, w.v, w.v_bias).view(t, c.num_key_value_heads, c.head_dim)
+        out = attention(i, _rotate(q, cos, sin), _rotate(k, cos, sin), v)
+        return F.linear(out.reshape(t, c.q_dim), w.o, w.o_bias)
+
+    def _moe(self, w: LayerWeights, x: torch.Tensor) -> torch.Tensor:
+        c = self.config
+        logits = F.linear(x, w.router, w.router_bias)
+        top_logits, top_experts = torch.topk(logits, c.num_experts_per_tok, dim=-1)
+        gates = torch.softmax(top_logits, dim=-1)
+        out = torch.zeros_like(x)
+        experts = w.experts
+        for e in torch.unique(top_experts).tolist():
+            token, slot = torch.where(top_experts == e)
+            h = F.linear(x[token], experts.gate_up_of(e), experts.gate_up_bias[e])
+            y = F.linear(self._swiglu(h), experts.down_of(e), experts.down_bias[e])
+            out.index_add_(0, token, y * gates[token, slot, None])
+        return out
+
+    def _swiglu(self, h: torch.Tensor) -> torch.Tensor:
+        limit = self.config.swiglu_limit
+        gate = h[..., 0::2].clamp(max=limit)
+        linear = h[..., 1::2].clamp(min=-limit, max=limit)
+        return gate * torch.sigmoid(self.config.swiglu_alpha * gate) * (linear + 1)
+
+
+def _rms_norm(x: torch.Tensor, scale: torch.Tensor, eps: float) -> torch.Tensor:
+    xf = x.float()
+    xf = xf * torch.rsqrt(xf.pow(2).mean(dim=-1, keepdim=True) + eps)
+    return (scale * xf).to(x.dtype)
+
+
+def _rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+    first, second = x.chunk(2, dim=-1)
+    return torch.cat((first * cos - second * sin, second * cos + first * sin), dim=-1)
+
+
+def _yarn_inv_freq(config: GptOssConfig) -> torch.Tensor:
+    """Per-pair inverse frequencies; YaRN blends interpolated and extrapolated ones."""
+    rope, dim = config.rope, config.head_dim
+    freq = rope.theta ** (torch.arange(0, dim, 2, dtype=torch.float32) / dim)
+    if rope.factor <= 1:
+        return 1.0 / freq
+
+    def correction_dim(rotations: float) -> float:
+        ctx = rope.original_max_position_embeddings
+        return dim * math.log(ctx / (rotations * 2 * math.pi)) / (2 * math.log(rope.theta))
+
+    low, high = correction_dim(rope.beta_fast), correction_dim(rope.beta_slow)
+    if rope.truncate:
+        low, high = math.floor(low), math.ceil(high)
+    low, high = max(low, 0), min(high, dim - 1)
+    if low == high:
+        high += 0.001
+    ramp = ((torch.arange(dim // 2, dtype=torch.float32) - low) / (high - low)).clamp(0, 1)
+    extrapolation = 1 - ramp
+    return (1.0 / (rope.factor * freq)) * (1 - extrapolation) + (1.0 / freq) * extrapolation
