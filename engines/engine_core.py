@@ -1,0 +1,210 @@
+"""The synchronous engine: requests in, one `step()` at a time, token chunks out.
+
+`EngineCore` ties the model, the paged KV cache, the scheduler and the sampler together and
+knows nothing of threads or event loops; `NativeEngine` drives it from a background thread.
+"""
+
+from __future__ import annotations
+
+import itertools
+from pathlib import Path
+
+import torch
+
+from ._source import GenerationRequest, TokenChunk
+from .gptoss_model import GptOssModel
+from .gptoss_weights import ExpertMode
+from .paged_attention import PagedAttention, PagedKVCache, StepSequence
+from .sampler import make_generator, sample
+from .scheduler import Scheduler, Sequence
+
+__all__ = ["GPT_OSS_STOP_TOKEN_IDS", "EngineCore"]
+
+# <|return|>, <|call|>, <|endoftext|>: the stops vLLM applies to gpt-oss by default.
+GPT_OSS_STOP_TOKEN_IDS = (200002, 200012, 199999)
+DEFAULT_KV_BYTES = 256 * 2**20
+
+
+class EngineCore:
+    """Continuous batching over a paged KV cache for one `GptOssModel`."""
+
+    def __init__(
+        self,
+        model: GptOssModel,
+        *,
+        block_size: int = 16,
+        kv_cache_bytes: int | None = None,
+        num_blocks: int | None = None,
+        max_num_seqs: int = 64,
+        max_num_batched_tokens: int = 4096,
+        max_model_len: int | None = None,
+        default_stop_token_ids: tuple[int, ...] = GPT_OSS_STOP_TOKEN_IDS,
+    ) -> None:
+        config = model.config
+        if num_blocks is None:
+            budget = DEFAULT_KV_BYTES if kv_cache_bytes is None else kv_cache_bytes
+            num_blocks = budget // PagedKVCache.bytes_per_block(config, block_size, model.dtype)
+        if num_blocks < 1:
+            raise ValueError(
+                f"a KV budget of {kv_cache_bytes} bytes holds no block of {block_size} tokens;"
+                " raise kv_cache_bytes or lower block_size"
+            )
+        self.model = model
+        self.cache = PagedKVCache(
+            config,
+            num_blocks=num_blocks,
+            block_size=block_size,
+            device=model.device,
+            dtype=model.dtype,
+        )
+        self.blocks = self.cache.blocks
+        windows = [model.window(i) for i in range(config.num_hidden_layers)]
+        self.attention = PagedAttention(self.cache, model.sinks, windows)
+        self.scheduler = Scheduler(
+            self.blocks, max_num_seqs=max_num_seqs, max_num_batched_tokens=max_num_batched_tokens
+        )
+        self.max_model_len = min(
+            max_model_len or config.max_position_embeddings, self._lone_capacity()
+        )
+        self.default_stop_token_ids = frozenset(default_stop_token_ids)
+        self._ids = itertools.count()
+        self._by_request: dict[str, Sequence] = {}
+        self._generators: dict[int, torch.Generator] = {}
+
+    @classmethod
+    def from_pretrained(
+        cls,
+        model_dir: str | Path,
+        *,
+        device: torch.device | str = "cpu",
+        dtype: torch.dtype = torch.float32,
+        experts: ExpertMode = "dequantize",
+        **options: int | tuple[int, ...] | None,
+    ) -> EngineCore:
+        model = GptOssModel.from_pretrained(model_dir, device=device, dtype=dtype, experts=experts)
+        return cls(model, **options)  # type: ignore[arg-type]
+
+    def _lone_capacity(self) -> int:
+        """The longest sequence the pool can hold with nothing else in it."""
+        bs, total = self.blocks.block_size, self.blocks.num_blocks
+        windowed = sum(-(-w // bs) + 1 for w in self.cache.windows if w is not None)
+        full = sum(1 for w in self.cache.windows if w is None)
+        if full == 0:
+            return 2**62 if windowed <= total else 0
+        return max(0, (total - windowed) // full * bs)
+
+    def add_request(self, request: GenerationRequest) -> TokenChunk | None:
+        """Queue `request`; returns a final error chunk instead when it can never run."""
+        if request.request_id in self._by_request:
+            raise ValueError(f"request id {request.request_id!r} is already running")
+        prompt = list(request.prompt_token_ids)
+        vocab = self.model.config.vocab_size
+        bad = [t for t in prompt if not 0 <= t < vocab]
+        if not prompt or bad:
+            reason = (
+                "an empty prompt" if not prompt else f"token ids {bad[:5]} outside [0, {vocab})"
+            )
+            return TokenChunk(
+                finish_reason="error", error=f"request {request.request_id!r} has {reason}"
+            )
+        room = self.max_model_len - len(prompt)
+        if room < 1:
+            return TokenChunk(
+                finish_reason="error",
+                error=f"prompt of {len(prompt)} tokens leaves no room: the engine holds at most"
+                f" {self.max_model_len} tokens per sequence; raise the KV cache budget",
+            )
+        max_tokens = (
+            room if request.max_output_tokens is None else min(room, request.max_output_tokens)
+        )
+        seq = Sequence(
+            seq_id=next(self._ids),
+            request=request,
+            token_ids=prompt,
+            num_prompt=len(prompt),
+            max_tokens=max_tokens,
+            stop_ids=self.default_stop_token_ids | frozenset(request.stop_token_ids),
+        )
+        self._by_request[request.request_id] = seq
+        self._generators[seq.seq_id] = make_generator(request.sampling, self.model.device)
+        if max_tokens < 1:
+            self._finish(seq)
+            return TokenChunk(finish_reason="length")
+        self.scheduler.add(seq)
+        return None
+
+    def abort(self, request_id: str) -> bool:
+        """Drop a request and free its blocks now; False when it is not in flight."""
+        seq = self._by_request.get(request_id)
+        if seq is None:
+            return False
+        self._finish(seq)
+        return True
+
+    def has_work(self) -> bool:
+        return bool(self.scheduler)
+
+    def step(self) -> list[tuple[str, TokenChunk]]:
+        """Run one batched forward pass; returns one chunk per sequence that made a token."""
+        batch = self.scheduler.schedule()
+        if not batch:
+            return []
+        layout = [
+            StepSequence(seq_id=s.seq_id, num_cached=s.num_cached, num_new=s.num_new) for s in batch
+        ]
+        positions = self.attention.prepare(layout)
+        ids: list[int] = []
+        last_rows: list[int] = []
+        for s in batch:
+            ids.extend(s.token_ids[s.num_cached :])
+            last_rows.append(len(ids) - 1)
+        device = self.model.device
+        logits = self.model(
+            torch.tensor(ids, device=device),
+            positions,
+            self.attention,
+            logits_at=torch.tensor(last_rows, device=device),
+        )
+        samples = sample(
+            logits,
+            [s.request.sampling for s in batch],
+            [self._generators[s.seq_id] for s in batch],
+        )
+        out = []
+        for seq, drawn in zip(batch, samples, strict=True):
+            seq.num_cached = len(seq.token_ids)
+            seq.token_ids.append(drawn.token_id)
+            finish = None
+            if drawn.token_id in seq.stop_ids:
+                finish = "stop"
+            elif seq.num_output >= seq.max_tokens:
+                finish = "length"
+            params = seq.request.sampling
+            want_logprobs = params.logprobs or params.top_logprobs > 0
+            chunk = TokenChunk(
+                token_ids=(drawn.token_id,),
+                logprobs=(drawn.logprob,) if want_logprobs else None,
+                top_logprobs=(drawn.top_logprobs,) if drawn.top_logprobs is not None else None,
+                finish_reason=finish,
+            )
+            if finish is not None:
+                self._finish(seq)
+            out.append((seq.request.request_id, chunk))
+        return out
+
+    def _finish(self, seq: Sequence) -> None:
+        self.scheduler.remove(seq)
+        self._by_request.pop(seq.request.request_id, None)
+        self._generators.pop(seq.seq_id, None)
+
+    def run_to_completion(self, requests: list[GenerationRequest]) -> dict[str, list[TokenChunk]]:
+        """Generate every request in one continuous batch (offline use, tests, benchmarks)."""
+        chunks: dict[str, list[TokenChunk]] = {r.request_id: [] for r in requests}
+        for request in requests:
+            refused = self.add_request(request)
+            if refused is not None:
+                chunks[request.request_id].append(refused)
+        while self.has_work():
+            for request_id, chunk in self.step():
+                chunks[request_id].append(chunk)
+        return chunks
