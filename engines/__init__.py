@@ -10,6 +10,7 @@ from ._source import (
     TokenChunk,
     TokenSource,
 )
+from .cli_native import build_native_engine, record_trace
 from .gptoss_config import GptOssConfig, RopeConfig, load_config
 from .gptoss_errors import (
     CheckpointError,
@@ -26,6 +27,9 @@ _LAZY = {
     "GptOssModel": ".gptoss_model",
     "DenseAttention": ".gptoss_model",
     "load_weights": ".gptoss_weights",
+    "EngineCore": ".engine_core",
+    "NativeEngine": ".native",
+    "init_model": ".init_model",
     "dequantize_mxfp4": ".mxfp4",
     "quantize_mxfp4": ".mxfp4",
 }
@@ -34,12 +38,14 @@ __all__ = [
     "CheckpointError",
     "ConfigError",
     "DenseAttention",
+    "EngineCore",
     "EngineError",
     "FinishReason",
     "GenerationRequest",
     "GptOssConfig",
     "GptOssModel",
     "MissingTensorError",
+    "NativeEngine",
     "RopeConfig",
     "SamplingParams",
     "TensorShapeError",
@@ -47,10 +53,13 @@ __all__ = [
     "TokenSource",
     "UnsupportedDtypeError",
     "UnsupportedQuantizationError",
+    "build_native_engine",
     "dequantize_mxfp4",
+    "init_model",
     "load_config",
     "load_weights",
     "quantize_mxfp4",
+    "record_trace",
 ]
 
 

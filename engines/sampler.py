@@ -64,5 +64,8 @@ def _draw(logits: torch.Tensor, p: SamplingParams, generator: torch.Generator) -
         # Drop a token when the tokens ranked above it already reach top_p; keep at least one.
         drop = (cumulative - sorted_logits.softmax(-1)) >= p.top_p
         scaled = scaled.scatter(0, order[drop], float("-inf"))
-    probs = scaled.softmax(-1)
-    return torch.multinomial(probs, 1, generator=generator)[0]
+    # Inverse-CDF draw: one uniform per token, where torch.multinomial over a 201k vocabulary
+    # took ~30 ms on CPU.
+    cumulative = scaled.softmax(-1).cumsum(-1)
+    u = torch.rand(1, generator=generator, device=logits.device) * cumulative[-1]
+    return torch.searchsorted(cumulative, u).clamp(max=cumulative.shape[-1] - 1)[0]

@@ -1,0 +1,209 @@
+"""`NativeEngine`: the paged gpt-oss engine as a `TokenSource`, stepping in a background thread.
+
+One thread owns the `EngineCore` and runs steps while any request is in flight, so every
+concurrent `generate` call shares the batch. Each call gets an unbounded memory object stream;
+after a step the thread hands each event loop its chunks in one `anyio.from_thread.run_sync`
+call, so it works the same under asyncio and trio. Closing a `generate` iterator aborts the
+request and frees its blocks before `aclose` returns (waiting, off the event loop, for the
+step in progress to end).
+"""
+
+from __future__ import annotations
+
+import math
+import threading
+from collections import defaultdict, deque
+from collections.abc import AsyncIterator
+from typing import Any
+
+import anyio
+import anyio.from_thread
+import anyio.lowlevel
+import anyio.to_thread
+from anyio.streams.memory import MemoryObjectSendStream
+
+from ._source import GenerationRequest, TokenChunk
+from .engine_core import EngineCore
+
+__all__ = ["EngineClosedError", "NativeEngine"]
+
+
+class EngineClosedError(RuntimeError):
+    """`generate` was called on a `NativeEngine` after `close()`."""
+
+
+class _Sink:
+    __slots__ = ("send", "token")
+
+    def __init__(self, send: MemoryObjectSendStream[TokenChunk], token: Any) -> None:
+        self.send, self.token = send, token
+
+
+def _deliver(items: list[tuple[_Sink, TokenChunk]]) -> None:
+    for sink, chunk in items:
+        try:
+            sink.send.send_nowait(chunk)
+        except (anyio.BrokenResourceError, anyio.ClosedResourceError):
+            pass  # the consumer left; its abort is on the way
+        if chunk.finish_reason is not None:
+            sink.send.close()
+
+
+class NativeEngine:
+    """A `TokenSource` over an `EngineCore`. Use as a context manager, or call `close()`."""
+
+    def __init__(self, core: EngineCore) -> None:
+        self.core = core
+        self._step_lock = threading.Lock()  # held by the engine thread for a whole step
+        self._wake = threading.Condition()
+        self._commands: deque[tuple[str, Any]] = deque()
+        self._sinks: dict[str, _Sink] = {}
+        self._closed = False
+        self._thread: threading.Thread | None = None
+        self.num_steps = 0
+
+    def __enter__(self) -> NativeEngine:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    @property
+    def num_free_blocks(self) -> int:
+        return self.core.blocks.num_free
+
+    def close(self) -> None:
+        """Stop the engine thread; requests still in flight end with `finish_reason="abort"`."""
+        with self._wake:
+            self._closed = True
+            self._wake.notify()
+        if self._thread is not None and self._thread is not threading.current_thread():
+            self._thread.join()
+
+    async def generate(self, request: GenerationRequest) -> AsyncIterator[TokenChunk]:
+        if self._closed:
+            raise EngineClosedError("this NativeEngine is closed; build a new one")
+        send, receive = anyio.create_memory_object_stream[TokenChunk](math.inf)
+        sink = _Sink(send, anyio.lowlevel.current_token())
+        self._command("add", (request, sink))
+        finished = False
+        try:
+            async with receive:
+                async for chunk in receive:
+                    finished = chunk.finish_reason is not None
+                    yield chunk
+                    if finished:
+                        return
+        finally:
+            if not finished:
+                # Wait (in a worker thread, shielded from cancellation) for any running step
+                # to end, so the blocks are free when aclose() returns.
+                with anyio.CancelScope(shield=True):
+                    await anyio.to_thread.run_sync(self._abort_after_step, request.request_id)
+
+    def _abort_after_step(self, request_id: str) -> None:
+        with self._step_lock:
+            self._abort_now(request_id)
+        self._command("abort", request_id)  # in case the add is still queued
+
+    def abort(self, request_id: str) -> None:
+        """Abort `request_id` and free its blocks now if no step is running, else after it."""
+        if self._step_lock.acquire(blocking=False):
+            try:
+                told = self._abort_now(request_id)
+            finally:
+                self._step_lock.release()
+            _deliver(told)  # we are on the requester's event loop
+        # Also queue it: the add may still be waiting in the command queue.
+        self._command("abort", request_id)
+
+    def _abort_now(self, request_id: str) -> list[tuple[_Sink, TokenChunk]]:
+        """Free the request's blocks; returns the `abort` chunk its consumer should get."""
+        self.core.abort(request_id)
+        sink = self._sinks.pop(request_id, None)
+        return [] if sink is None else [(sink, TokenChunk(finish_reason="abort"))]
+
+    def _command(self, kind: str, payload: Any) -> None:
+        with self._wake:
+            self._commands.append((kind, payload))
+            if self._thread is None:
+                self._thread = threading.Thread(
+                    target=self._loop, name="streamfold-native-engine", daemon=True
+                )
+                self._thread.start()
+            self._wake.notify()
+
+    def _loop(self) -> None:
+        while True:
+            with self._wake:
+                while not (self._commands or self.core.has_work() or self._closed):
+                    self._wake.wait()
+                if self._closed:
+                    break
+                commands = list(self._commands)
+                self._commands.clear()
+            out: list[tuple[_Sink, TokenChunk]] = []
+            with self._step_lock:
+                for kind, payload in commands:
+                    if kind == "add":
+                        out.extend(self._add(*payload))
+                    else:
+                        out.extend(self._abort_now(payload))
+                out.extend(self._step())
+            self._send(out)
+        self._shutdown()
+
+    def _add(self, request: GenerationRequest, sink: _Sink) -> list[tuple[_Sink, TokenChunk]]:
+        try:
+            refused = self.core.add_request(request)
+        except ValueError as exc:
+            refused = TokenChunk(finish_reason="error", error=str(exc))
+        if refused is not None:
+            return [(sink, refused)]
+        self._sinks[request.request_id] = sink
+        return []
+
+    def _step(self) -> list[tuple[_Sink, TokenChunk]]:
+        try:
+            results = self.core.step()
+        except Exception as exc:  # a bug or device failure: fail every request, keep serving
+            error = f"engine step failed: {type(exc).__name__}: {exc}"
+            failed = []
+            for request_id in list(self._sinks):
+                failed.append(
+                    (self._sinks.pop(request_id), TokenChunk(finish_reason="error", error=error))
+                )
+                self.core.abort(request_id)
+            return failed
+        self.num_steps += 1
+        out = []
+        for request_id, chunk in results:
+            sink = self._sinks.get(request_id)
+            if sink is None:
+                continue
+            if chunk.finish_reason is not None:
+                del self._sinks[request_id]
+            out.append((sink, chunk))
+        return out
+
+    def _send(self, out: list[tuple[_Sink, TokenChunk]]) -> None:
+        by_loop: dict[int, list[tuple[_Sink, TokenChunk]]] = defaultdict(list)
+        for sink, chunk in out:
+            by_loop[id(sink.token)].append((sink, chunk))
+        for items in by_loop.values():
+            try:
+                anyio.from_thread.run_sync(_deliver, items, token=items[0][0].token)
+            except RuntimeError:  # incl. anyio.RunFinishedError: that event loop has ended
+                gone = {id(sink) for sink, _ in items}
+                with self._step_lock:
+                    for request_id, sink in list(self._sinks.items()):
+                        if id(sink) in gone:
+                            self._abort_now(request_id)
+
+    def _shutdown(self) -> None:
+        with self._step_lock:
+            leftovers = list(self._sinks.items())
+            for request_id, _ in leftovers:
+                self.core.abort(request_id)
+            self._sinks.clear()
+        self._send([(sink, TokenChunk(finish_reason="abort")) for _, sink in leftovers])

@@ -1,0 +1,111 @@
+"""`NativeEngine` as a `TokenSource`: concurrent calls batch, aclose aborts, asyncio and trio."""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Iterator
+from pathlib import Path
+
+import anyio
+import pytest
+from streamfold.engines import GenerationRequest, SamplingParams, TokenChunk, TokenSource
+from streamfold.engines.engine_core import EngineCore
+from streamfold.engines.gptoss_model import GptOssModel
+from streamfold.engines.native import NativeEngine
+
+
+@pytest.fixture(scope="module")
+def model(hf_dir: Path) -> GptOssModel:
+    return GptOssModel.from_pretrained(hf_dir)
+
+
+@pytest.fixture
+def engine(model: GptOssModel) -> Iterator[NativeEngine]:
+    with NativeEngine(EngineCore(model, block_size=4, num_blocks=256)) as native:
+        yield native
+
+
+def _requests(n: int, max_tokens: int = 12) -> list[GenerationRequest]:
+    rng = random.Random(n)
+    return [
+        GenerationRequest(
+            request_id=f"q{i}",
+            prompt_token_ids=tuple(rng.randrange(512) for _ in range(rng.randint(1, 20))),
+            max_output_tokens=max_tokens,
+            sampling=SamplingParams(temperature=0.8, seed=i, logprobs=True),
+        )
+        for i in range(n)
+    ]
+
+
+async def _collect(source: TokenSource, request: GenerationRequest) -> list[TokenChunk]:
+    return [chunk async for chunk in source.generate(request)]
+
+
+async def _run_concurrently(
+    source: TokenSource, requests: list[GenerationRequest]
+) -> dict[str, list[TokenChunk]]:
+    results: dict[str, list[TokenChunk]] = {}
+
+    async def one(request: GenerationRequest) -> None:
+        results[request.request_id] = await _collect(source, request)
+
+    async with anyio.create_task_group() as tg:
+        for request in requests:
+            tg.start_soon(one, request)
+    return results
+
+
+@pytest.mark.parametrize("backend", ["asyncio", "trio"])
+def test_concurrent_generate_calls_batch_and_match_the_offline_engine(
+    backend: str, model: GptOssModel, engine: NativeEngine
+) -> None:
+    requests = _requests(12)
+    assert isinstance(engine, TokenSource)
+    got = anyio.run(_run_concurrently, engine, requests, backend=backend)
+    offline = EngineCore(model, block_size=4, num_blocks=256).run_to_completion(requests)
+    for request in requests:
+        chunks = got[request.request_id]
+        assert [c.token_ids for c in chunks] == [c.token_ids for c in offline[request.request_id]]
+        assert all(c.logprobs is not None for c in chunks)
+        assert chunks[-1].finish_reason == "length"
+    assert engine.num_steps < 12 * 12  # steps were shared, not one request at a time
+    assert engine.num_free_blocks == 256
+
+
+@pytest.mark.parametrize("backend", ["asyncio", "trio"])
+def test_closing_the_stream_aborts_and_frees_blocks_before_aclose_returns(
+    backend: str, engine: NativeEngine
+) -> None:
+    async def main() -> None:
+        request = _requests(1, max_tokens=10_000)[0]
+        stream = engine.generate(request)
+        seen = [await stream.__anext__() for _ in range(3)]
+        assert all(len(c.token_ids) == 1 for c in seen)
+        assert engine.num_free_blocks < 256
+        await stream.aclose()  # type: ignore[attr-defined]
+        assert engine.num_free_blocks == 256
+        assert not engine.core.has_work()
+
+    anyio.run(main, backend=backend)
+
+
+def test_cancelling_a_consumer_aborts_its_request(engine: NativeEngine) -> None:
+    async def main() -> None:
+        long, short = _requests(2, max_tokens=10_000)
+        with anyio.move_on_after(0.5):
+            await _collect(engine, long)
+        assert engine.num_free_blocks == 256
+        quick = GenerationRequest(
+            request_id="after", prompt_token_ids=short.prompt_token_ids, max_output_tokens=3
+        )
+        chunks = await _collect(engine, quick)  # the engine still serves
+        assert sum(len(c.token_ids) for c in chunks) == 3
+
+    anyio.run(main)
+
+
+def test_a_request_that_cannot_run_gets_an_error_chunk(engine: NativeEngine) -> None:
+    bad = GenerationRequest(request_id="bad", prompt_token_ids=(10**9,))
+    chunks = anyio.run(_collect, engine, bad)
+    assert len(chunks) == 1 and chunks[0].finish_reason == "error"
