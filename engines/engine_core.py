@@ -70,6 +70,8 @@ class EngineCore:
         self._ids = itertools.count()
         self._by_request: dict[str, Sequence] = {}
         self._generators: dict[int, torch.Generator] = {}
+        self.peak_blocks_in_use = 0
+        self.tokens_at_peak = 0
 
     @classmethod
     def from_pretrained(
@@ -149,6 +151,10 @@ class EngineCore:
         batch = self.scheduler.schedule()
         if not batch:
             return []
+        in_use = self.blocks.blocks_in_use()
+        if in_use > self.peak_blocks_in_use:  # for KV-memory-per-token reports
+            self.peak_blocks_in_use = in_use
+            self.tokens_at_peak = sum(len(s.token_ids) for s in batch)
         layout = [
             StepSequence(seq_id=s.seq_id, num_cached=s.num_cached, num_new=s.num_new) for s in batch
         ]

@@ -5,9 +5,10 @@ A sequence either decodes (one new token after a cached prefix) or prefills (eve
 nothing cached: preempted sequences are recomputed from scratch, and there is no prefix cache).
 Each layer writes its new K/V into the pool through a slot mapping, then
 * decodes gather their live blocks from the pool, padded to the longest, and attend as one
-  batch (padding and out-of-window keys are masked by position);
-* prefills attend over their own fresh K/V, one sequence at a time.
-Both go through `gptoss_model.attend`, the kernel the dense path uses, so paged equals dense.
+  batch (padding and out-of-window keys are masked, the sink is a zero key);
+* prefills attend over their own fresh K/V, one sequence at a time, through
+  `gptoss_model.attend`, the kernel the dense path uses.
+Both end in `scaled_dot_product_attention` with the same sink trick, so paged equals dense.
 """
 
 from __future__ import annotations
@@ -16,10 +17,11 @@ from collections.abc import Sequence
 
 import attrs
 import torch
+import torch.nn.functional as F
 
 from .gptoss_config import GptOssConfig
 from .gptoss_model import attend
-from .kv_blocks import FREED, BlockManager
+from .kv_blocks import BlockManager
 
 __all__ = ["PagedAttention", "PagedKVCache", "StepSequence"]
 
@@ -37,7 +39,7 @@ class PagedKVCache:
     """The block pool: per layer group, K and V tensors [slots, blocks, block_size, kv_heads, D].
 
     Layers with the same window form a group and share block tables; `slot` is a layer's index
-    within its group. Zero-filled so that padded reads multiply finite values by zero weights.
+    within its group.
     """
 
     def __init__(
@@ -61,7 +63,10 @@ class PagedKVCache:
         self.windows = tuple(windows)
         self.block_size = block_size
         depth = max(slots.values())
-        shape = (depth, num_blocks, block_size, config.num_key_value_heads, config.head_dim)
+        # One more block than the manager hands out: the sink block, always zero (see
+        # PagedAttention); zeros also make padded reads multiply finite values by zero weight.
+        shape = (depth, num_blocks + 1, block_size, config.num_key_value_heads, config.head_dim)
+        self.sink_block = num_blocks
         self.k = torch.zeros(shape, device=device, dtype=dtype)
         self.v = torch.zeros(shape, device=device, dtype=dtype)
         self.blocks = BlockManager(
@@ -78,13 +83,20 @@ class PagedKVCache:
 
 @attrs.frozen(kw_only=True)
 class _GroupLayout:
-    slots: torch.Tensor  # [T] flat pool slot per new token, -1 = not kept (outside window)
-    decode_blocks: torch.Tensor  # [Bd, nb] physical blocks to gather, padded with block 0
-    decode_k_pos: torch.Tensor  # [Bd, nb * block_size] key positions, -1 = padding
+    write_rows: torch.Tensor  # [W] rows of this step's tokens whose K/V are kept
+    write_slots: torch.Tensor  # [W] their flat pool slots (block * block_size + offset)
+    decode_blocks: torch.Tensor  # [Bd, nb + 1] blocks to gather; padding and last = sink block
+    decode_mask: torch.Tensor  # [Bd, 1, 1, (nb + 1) * block_size] 0 or -inf, per key slot
+    sink_column: int  # the gathered key slot that is the zero sink key
 
 
 class PagedAttention:
-    """The `AttentionBackend` over a `PagedKVCache` for one step; call `prepare` per step."""
+    """The `AttentionBackend` over a `PagedKVCache` for one step; call `prepare` per step.
+
+    Decodes gather their blocks followed by the pool's always-zero sink block; its first slot
+    is the sink key (logit = the head's sink, value zero), so the whole decode batch is one
+    `scaled_dot_product_attention` call with no copy beyond the gather.
+    """
 
     def __init__(
         self, cache: PagedKVCache, sinks: Sequence[torch.Tensor], windows: Sequence[int | None]
@@ -95,16 +107,17 @@ class PagedAttention:
         self.device = cache.k.device
 
     def prepare(self, step: Sequence[StepSequence]) -> torch.Tensor:
-        """Build slot mappings and gather indices for `step`; returns the flat positions."""
-        bs, blocks = self.cache.block_size, self.cache.blocks
+        """Build slot mappings, gather tables and masks for `step`; returns flat positions."""
         positions: list[int] = []
         decode_rows: list[int] = []
+        decodes: list[StepSequence] = []
         self._prefills: list[tuple[int, int, torch.Tensor]] = []
         for s in step:
             start = len(positions)
             positions.extend(range(s.num_cached, s.num_cached + s.num_new))
             if s.num_new == 1 and s.num_cached > 0:
                 decode_rows.append(start)
+                decodes.append(s)
             elif s.num_cached == 0:
                 pos = torch.arange(s.num_new, device=self.device)
                 self._prefills.append((start, start + s.num_new, pos))
@@ -113,45 +126,56 @@ class PagedAttention:
                     f"sequence {s.seq_id}: {s.num_new} new tokens after {s.num_cached} cached;"
                     " a step either decodes one token or prefills from position 0"
                 )
-        decodes = [s for s in step if s.num_new == 1 and s.num_cached > 0]
         self._decode_rows = torch.tensor(decode_rows, dtype=torch.long, device=self.device)
-        self._decode_q_pos = torch.tensor(
-            [[s.num_cached] for s in decodes], dtype=torch.long, device=self.device
-        )
-        self._groups = []
-        for g in range(len(self.cache.windows)):
-            slots: list[int] = []
-            for s in step:
-                table = blocks.table(s.seq_id, g)
-                end = s.num_cached + s.num_new
-                keep_from = blocks.first_needed_position(g, end)
-                for p in range(s.num_cached, end):
-                    physical = table[p // bs] if p >= keep_from else FREED
-                    slots.append(FREED if physical == FREED else physical * bs + p % bs)
-            tables, k_pos = [], []
-            for s in decodes:
-                table = blocks.table(s.seq_id, g)
-                first = blocks.first_needed_position(g, s.num_cached + 1) // bs
-                live = list(range(first, len(table)))
-                tables.append([table[b] for b in live])
-                k_pos.append([b * bs + o for b in live for o in range(bs)])
-            width = max((len(t) for t in tables), default=0)
-            self._groups.append(
-                _GroupLayout(
-                    slots=torch.tensor(slots, dtype=torch.long, device=self.device),
-                    decode_blocks=torch.tensor(
-                        [t + [0] * (width - len(t)) for t in tables],
-                        dtype=torch.long,
-                        device=self.device,
-                    ).view(len(decodes), width),
-                    decode_k_pos=torch.tensor(
-                        [p + [-1] * (width * bs - len(p)) for p in k_pos],
-                        dtype=torch.long,
-                        device=self.device,
-                    ).view(len(decodes), width * bs),
-                )
-            )
+        self._groups = [
+            self._group_layout(g, step, decodes) for g in range(len(self.cache.windows))
+        ]
         return torch.tensor(positions, dtype=torch.long, device=self.device)
+
+    def _group_layout(
+        self, g: int, step: Sequence[StepSequence], decodes: list[StepSequence]
+    ) -> _GroupLayout:
+        bs, blocks, window = self.cache.block_size, self.cache.blocks, self.cache.windows[g]
+        rows: list[int] = []
+        slots: list[int] = []
+        row = 0
+        for s in step:
+            table = blocks.table(s.seq_id, g)
+            end = s.num_cached + s.num_new
+            keep_from = max(s.num_cached, blocks.first_needed_position(g, end))
+            for p in range(keep_from, end):
+                rows.append(row + p - s.num_cached)
+                slots.append(table[p // bs] * bs + p % bs)
+            row += s.num_new
+        tables: list[list[int]] = []
+        firsts: list[int] = []
+        for s in decodes:
+            table = blocks.table(s.seq_id, g)
+            first = blocks.first_needed_position(g, s.num_cached + 1) // bs
+            tables.append(table[first:])
+            firsts.append(first)
+        width = max((len(t) for t in tables), default=0)
+        sink = self.cache.sink_block
+        gathered = torch.tensor(
+            [t + [sink] * (width - len(t) + 1) for t in tables], dtype=torch.long
+        ).view(len(decodes), width + 1)
+        # Key position of every gathered slot; the sink block's slots get a huge position so
+        # the causal test masks them, then the sink column is opened below.
+        offsets = torch.arange((width + 1) * bs)
+        k_pos = torch.tensor(firsts, dtype=torch.long)[:, None] * bs + offsets
+        q_pos = torch.tensor([s.num_cached for s in decodes], dtype=torch.long)[:, None]
+        allowed = (k_pos <= q_pos) & (offsets < width * bs)
+        if window is not None:
+            allowed &= k_pos > q_pos - window
+        dtype = self.cache.k.dtype
+        mask = torch.zeros(allowed.shape, dtype=dtype).masked_fill(~allowed, float("-inf"))
+        return _GroupLayout(
+            write_rows=torch.tensor(rows, dtype=torch.long, device=self.device),
+            write_slots=torch.tensor(slots, dtype=torch.long, device=self.device),
+            decode_blocks=gathered.to(self.device),
+            decode_mask=mask[:, None, None, :].to(self.device),
+            sink_column=width * bs,
+        )
 
     def __call__(
         self, layer: int, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor
@@ -159,29 +183,26 @@ class PagedAttention:
         group, slot = self.cache.layer_group[layer]
         layout = self._groups[group]
         k_pool, v_pool = self.cache.k[slot], self.cache.v[slot]
-        kept = layout.slots >= 0
-        flat_k = k_pool.view(-1, *k_pool.shape[2:])
-        flat_v = v_pool.view(-1, *v_pool.shape[2:])
-        flat_k.index_copy_(0, layout.slots[kept], k[kept])
-        flat_v.index_copy_(0, layout.slots[kept], v[kept])
+        kv_shape = k_pool.shape[2:]
+        k_pool.view(-1, *kv_shape).index_copy_(0, layout.write_slots, k[layout.write_rows])
+        v_pool.view(-1, *kv_shape).index_copy_(0, layout.write_slots, v[layout.write_rows])
         out = torch.empty_like(q)
         sinks, window = self.sinks[layer], self.windows[layer]
         for start, end, pos in self._prefills:
             out[start:end] = attend(
-                q[None, start:end],
-                k[None, start:end],
-                v[None, start:end],
-                pos[None],
-                pos[None],
-                sinks,
-                window,
-            )[0]
-        if len(self._decode_rows):
-            n = layout.decode_blocks.shape[0]
-            keys = k_pool[layout.decode_blocks].view(n, -1, *k_pool.shape[2:])
-            values = v_pool[layout.decode_blocks].view(n, -1, *v_pool.shape[2:])
-            q_dec = q[self._decode_rows][:, None]
-            out[self._decode_rows] = attend(
-                q_dec, keys, values, self._decode_q_pos, layout.decode_k_pos, sinks, window
-            )[:, 0]
+                q[None, start:end], k[None, start:end], v[None, start:end], pos[None], pos[None],
+                sinks, window,
+            )[0]  # fmt: skip
+        n = len(self._decode_rows)
+        if n:
+            heads = q.shape[1]
+            keys = k_pool[layout.decode_blocks].view(n, -1, *kv_shape).transpose(1, 2)
+            values = v_pool[layout.decode_blocks].view(n, -1, *kv_shape).transpose(1, 2)
+            mask = layout.decode_mask.expand(n, heads, 1, -1).clone()
+            mask[..., layout.sink_column] = sinks.to(mask.dtype).view(1, heads, 1)
+            queries = q[self._decode_rows][:, :, None]  # [n, heads, 1, D]
+            decoded = F.scaled_dot_product_attention(
+                queries, keys, values, attn_mask=mask, enable_gqa=True
+            )
+            out[self._decode_rows] = decoded[:, :, 0]
         return out
