@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import os
 import random
 import statistics
 import tempfile
@@ -123,6 +124,7 @@ def main() -> None:
     torch.set_num_threads(args.threads)
     device = args.device
     jobs = workload(args)
+    load_before = os.getloadavg()[0]
     with tempfile.TemporaryDirectory() as tmp:
         hf = build_checkpoint(Path(tmp), args)
         hf.to(device)  # type: ignore[attr-defined]
@@ -152,15 +154,17 @@ def main() -> None:
     print(
         f"\n{args.requests} requests, prompts 16..256, outputs 16..128 tokens, greedy; model"
         f" hidden {args.hidden}, {args.layers} layers, 8 experts top-2, vocab {args.vocab},"
-        f" fp32; device {device}, {args.threads} threads; median of {args.reps}\n"
+        f" fp32; device {device}, {args.threads} threads; median of {args.reps};"
+        f" load average {load_before:.1f} before, {os.getloadavg()[0]:.1f} after\n"
     )
-    print("| system | generated tokens | seconds (median) | tokens/s |")
+    print("| system | generated tokens | seconds: median (min-max) | tokens/s |")
     print("|---|---:|---:|---:|")
     rates = {}
     for name in systems:
         med = statistics.median(times[name])
         rates[name] = tokens[name] / med
-        print(f"| {name} | {tokens[name]} | {med:.2f} | {rates[name]:.1f} |")
+        spread = f"{min(times[name]):.2f}-{max(times[name]):.2f}"
+        print(f"| {name} | {tokens[name]} | {med:.2f} ({spread}) | {rates[name]:.1f} |")
     native = rates.pop("native engine (paged, continuous batching)")
     best = max(rates, key=rates.__getitem__)
     print(f"\nnative / best transformers ({best}): {native / rates[best]:.2f}x\n")
@@ -170,25 +174,27 @@ def main() -> None:
 def report_kv(
     core: EngineCore, jobs: list[tuple[list[int], int]], args: argparse.Namespace
 ) -> None:
+    """KV bytes at the native engine's peak step against a contiguous cache at that moment."""
     config = core.model.config
     per_block = PagedKVCache.bytes_per_block(config, args.block_size, core.model.dtype)
-    paged = core.peak_blocks_in_use * per_block / core.tokens_at_peak
+    live = core.tokens_at_peak
+    paged = core.peak_blocks_in_use * per_block
     elem = torch.empty(0, dtype=core.model.dtype).element_size()
-    per_token_all_layers = 2 * config.num_hidden_layers * config.kv_heads_dim * elem
+    per_token = 2 * config.num_hidden_layers * config.kv_heads_dim * elem
     max_len = max(len(p) + n for p, n in jobs)
-    contiguous_bytes = len(jobs) * max_len * per_token_all_layers
-    mean_len = sum(len(p) + n for p, n in jobs) / len(jobs)
-    print("| KV cache | bytes per live token |")
-    print("|---|---:|")
+    contiguous = len(jobs) * max_len * per_token
+    print(f"KV cache at the native engine's peak step ({live} live tokens):\n")
+    print("| KV cache | MiB | bytes per live token |")
+    print("|---|---:|---:|")
     print(
-        f"| paged, block {args.block_size}, at peak ({core.peak_blocks_in_use} blocks,"
-        f" {core.tokens_at_peak} tokens) | {paged:.0f} |"
+        f"| paged, block {args.block_size}, sliding layers keep only their window"
+        f" ({core.peak_blocks_in_use} blocks) | {paged / 2**20:.2f} | {paged / live:.0f} |"
     )
     print(
-        f"| contiguous, {len(jobs)} x max length {max_len}, when every request is at full"
-        f" length (mean {mean_len:.0f}) | {contiguous_bytes / (len(jobs) * mean_len):.0f} |"
+        f"| contiguous, {len(jobs)} sequences x max length {max_len} |"
+        f" {contiguous / 2**20:.2f} | {contiguous / live:.0f} |"
     )
-    print(f"| dense K/V of every layer, no waste | {per_token_all_layers} |")
+    print(f"| (K and V of every layer for one token) | | {per_token} |")
 
 
 if __name__ == "__main__":

@@ -150,6 +150,11 @@ class EngineCore:
         """Run one batched forward pass; returns one chunk per sequence that made a token."""
         batch = self.scheduler.schedule()
         if not batch:
+            if self.has_work():  # would spin forever; add_request's length cap prevents it
+                raise RuntimeError(
+                    f"{len(self.scheduler.waiting)} requests wait but none fits in"
+                    f" {self.blocks.num_free} free blocks with nothing running"
+                )
             return []
         in_use = self.blocks.blocks_in_use()
         if in_use > self.peak_blocks_in_use:  # for KV-memory-per-token reports

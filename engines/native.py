@@ -201,9 +201,12 @@ class NativeEngine:
                             self._abort_now(request_id)
 
     def _shutdown(self) -> None:
+        with self._wake:  # adds that never reached the core get their answer too
+            queued = [payload[1] for kind, payload in self._commands if kind == "add"]
+            self._commands.clear()
         with self._step_lock:
-            leftovers = list(self._sinks.items())
-            for request_id, _ in leftovers:
+            leftovers = list(self._sinks.values())
+            for request_id in list(self._sinks):
                 self.core.abort(request_id)
             self._sinks.clear()
-        self._send([(sink, TokenChunk(finish_reason="abort")) for _, sink in leftovers])
+        self._send([(sink, TokenChunk(finish_reason="abort")) for sink in leftovers + queued])
