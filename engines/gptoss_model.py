@@ -26,6 +26,9 @@ from .gptoss_weights import ExpertMode, GptOssWeights, LayerWeights, load_weight
 
 __all__ = ["AttentionBackend", "DenseAttention", "GptOssModel", "attend"]
 
+# Tokens x experts up to which the MoE runs every expert densely (see `GptOssModel._moe`).
+DENSE_MOE_LIMIT = 256
+
 
 class AttentionBackend(Protocol):
     """Stores this step's keys/values for `layer` and attends the step's queries over the cache.
@@ -195,10 +198,20 @@ class GptOssModel:
         logits = F.linear(x, w.router, w.router_bias)
         top_logits, top_experts = torch.topk(logits, c.num_experts_per_tok, dim=-1)
         gates = torch.softmax(top_logits, dim=-1)
+        experts = w.experts
+        tokens = x.shape[0]
+        if experts.gate_up is not None and tokens * c.num_local_experts <= DENSE_MOE_LIMIT:
+            # Few tokens (decode): every expert on every token in two batched matmuls costs
+            # E/k times the FLOPs but a few kernel launches instead of a loop over experts,
+            # and small decode steps are bound by launches, not FLOPs.
+            stacked = x.expand(c.num_local_experts, *x.shape)
+            h = torch.baddbmm(experts.gate_up_bias[:, None], stacked, experts.gate_up.mT)
+            y = torch.baddbmm(experts.down_bias[:, None], self._swiglu(h), experts.down.mT)
+            rows = torch.arange(tokens, device=x.device)[:, None]
+            return (y[top_experts, rows] * gates[..., None]).sum(dim=1)
         # Each (token, slot) pair is written once, so plain index assignment suffices; CPU
         # index_add_ was the slowest op of a decode step.
-        picked = x.new_empty(x.shape[0], c.num_experts_per_tok, x.shape[1])
-        experts = w.experts
+        picked = x.new_empty(tokens, c.num_experts_per_tok, x.shape[1])
         for e in torch.unique(top_experts).tolist():
             token, slot = torch.where(top_experts == e)
             h = F.linear(x[token], experts.gate_up_of(e), experts.gate_up_bias[e])

@@ -8,6 +8,7 @@ from typing import Any
 import pytest
 import torch
 from gptoss_tiny import WINDOW, make_hf_model, save
+from streamfold.engines import gptoss_model
 from streamfold.engines.gptoss_model import DenseAttention, GptOssModel
 
 ATOL = 1e-4
@@ -43,7 +44,11 @@ def _greedy(model: GptOssModel, ids: torch.Tensor, steps: int) -> list[int]:
     return out
 
 
-def test_prefill_logits_match_transformers_past_the_window(hf_model: Any, hf_dir: Path) -> None:
+@pytest.mark.parametrize("dense_moe_limit", [0, 10**9], ids=["expert-loop", "all-experts"])
+def test_prefill_logits_match_transformers_past_the_window(
+    hf_model: Any, hf_dir: Path, dense_moe_limit: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(gptoss_model, "DENSE_MOE_LIMIT", dense_moe_limit)
     model = GptOssModel.from_pretrained(hf_dir)
     ids = _prompt(5 * WINDOW)
     ours, _ = _prefill(model, ids)
