@@ -18,6 +18,7 @@ import math
 from pathlib import Path
 from typing import Protocol
 
+import attrs
 import torch
 import torch.nn.functional as F
 
@@ -119,7 +120,10 @@ class GptOssModel:
 
     def __init__(self, config: GptOssConfig, weights: GptOssWeights) -> None:
         self.config = config
-        self.weights = weights
+        # lm_head as [hidden, vocab]: x @ W runs 1.3-2x faster than F.linear's x @ W.T on CPU
+        # (MKL, 2 threads, vocab 32000); keep only that copy, the weights see a view of it.
+        self.lm_head_t = weights.lm_head.t().contiguous()
+        self.weights = attrs.evolve(weights, lm_head=self.lm_head_t.t())
         self.device = weights.embedding.device
         self.dtype = weights.embedding.dtype
         self.sinks = [layer.sinks for layer in weights.layers]
@@ -161,7 +165,7 @@ class GptOssModel:
         if logits_at is not None:
             x = x[logits_at.to(self.device)]
         x = _rms_norm(x, self.weights.norm, self._eps)
-        return F.linear(x, self.weights.lm_head).float()
+        return torch.mm(x, self.lm_head_t).float()
 
     __call__ = forward
 

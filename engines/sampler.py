@@ -36,13 +36,17 @@ def sample(
     logits: torch.Tensor, params: list[SamplingParams], generators: list[torch.Generator]
 ) -> list[Sample]:
     """One token per row of `logits` [B, vocab] (float32), each by its own params."""
-    logprobs = torch.log_softmax(logits, dim=-1)
     chosen = logits.argmax(dim=-1)
     for row, p in enumerate(params):
         if p.temperature > 0:
             chosen[row] = _draw(logits[row], p, generators[row])
-    picked = logprobs.gather(1, chosen[:, None])[:, 0].tolist()
     ids = chosen.tolist()
+    if not any(p.logprobs or p.top_logprobs for p in params):
+        # Nobody asked: skip a log-softmax over the whole vocabulary (the Sample's logprob
+        # is then NaN and the engine does not report it).
+        return [Sample(token_id=i, logprob=float("nan")) for i in ids]
+    logprobs = torch.log_softmax(logits, dim=-1)
+    picked = logprobs.gather(1, chosen[:, None])[:, 0].tolist()
     out = []
     for row, p in enumerate(params):
         top = None
