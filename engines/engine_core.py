@@ -11,7 +11,7 @@ from pathlib import Path
 
 import torch
 
-from ._source import GenerationRequest, TokenChunk
+from ._source import FinishReason, GenerationRequest, TokenChunk
 from .gptoss_model import GptOssModel
 from .gptoss_weights import ExpertMode
 from .paged_attention import PagedAttention, PagedKVCache, StepSequence
@@ -185,7 +185,7 @@ class EngineCore:
         for seq, drawn in zip(batch, samples, strict=True):
             seq.num_cached = len(seq.token_ids)
             seq.token_ids.append(drawn.token_id)
-            finish = None
+            finish: FinishReason | None = None
             if drawn.token_id in seq.stop_ids:
                 finish = "stop"
             elif seq.num_output >= seq.max_tokens:

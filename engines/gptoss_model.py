@@ -204,13 +204,18 @@ class GptOssModel:
         gates = torch.softmax(top_logits, dim=-1)
         experts = w.experts
         tokens = x.shape[0]
-        if experts.gate_up is not None and tokens * c.num_local_experts <= DENSE_MOE_LIMIT:
+        gate_up, down = experts.gate_up, experts.down
+        if (
+            gate_up is not None
+            and down is not None
+            and tokens * c.num_local_experts <= DENSE_MOE_LIMIT
+        ):
             # Few tokens (decode): every expert on every token in two batched matmuls costs
             # E/k times the FLOPs but a few kernel launches instead of a loop over experts,
             # and small decode steps are bound by launches, not FLOPs.
             stacked = x.expand(c.num_local_experts, *x.shape)
-            h = torch.baddbmm(experts.gate_up_bias[:, None], stacked, experts.gate_up.mT)
-            y = torch.baddbmm(experts.down_bias[:, None], self._swiglu(h), experts.down.mT)
+            h = torch.baddbmm(experts.gate_up_bias[:, None], stacked, gate_up.mT)
+            y = torch.baddbmm(experts.down_bias[:, None], self._swiglu(h), down.mT)
             rows = torch.arange(tokens, device=x.device)[:, None]
             return (y[top_experts, rows] * gates[..., None]).sum(dim=1)
         # Each (token, slot) pair is written once, so plain index assignment suffices; CPU

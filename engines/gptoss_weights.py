@@ -57,7 +57,7 @@ class CheckpointReader:
         for path in files:
             handle = safe_open(str(path), framework="pt", device="cpu")
             self._handles[path] = handle
-            for name in handle.keys():
+            for name in handle.keys():  # type: ignore[no-untyped-call]
                 self._where.setdefault(name, path)
         self.folder = folder
 
@@ -250,8 +250,8 @@ class _Loader:
             qkv_name = n["attn"].format(i=i)
             qkv = self.dense(qkv_name + "weight", (q_dim + 2 * kv_dim, h))
             qkv_b = self.dense(qkv_name + "bias", (q_dim + 2 * kv_dim,), optional=no_bias)
-            q, k, v = (t.contiguous() for t in qkv.split((q_dim, kv_dim, kv_dim)))
-            qb, kb, vb = (t.contiguous() for t in qkv_b.split((q_dim, kv_dim, kv_dim)))
+            q, k, v = (t.contiguous() for t in qkv.split((q_dim, kv_dim, kv_dim)))  # type: ignore[no-untyped-call]
+            qb, kb, vb = (t.contiguous() for t in qkv_b.split((q_dim, kv_dim, kv_dim)))  # type: ignore[no-untyped-call]
         o = n["o"].format(i=i)
         router = n["router"].format(i=i)
         return LayerWeights(

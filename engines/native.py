@@ -20,6 +20,7 @@ import anyio
 import anyio.from_thread
 import anyio.lowlevel
 import anyio.to_thread
+import torch
 from anyio.streams.memory import MemoryObjectSendStream
 
 from ._source import GenerationRequest, TokenChunk
@@ -61,6 +62,8 @@ class NativeEngine:
         self._closed = False
         self._thread: threading.Thread | None = None
         self.num_steps = 0
+        # torch's intra-op thread count is per OS thread: carry the creator's setting over.
+        self._torch_threads = torch.get_num_threads()
 
     def __enter__(self) -> NativeEngine:
         return self
@@ -134,6 +137,7 @@ class NativeEngine:
             self._wake.notify()
 
     def _loop(self) -> None:
+        torch.set_num_threads(self._torch_threads)
         while True:
             with self._wake:
                 while not (self._commands or self.core.has_work() or self._closed):
