@@ -87,9 +87,7 @@ class Generation:
         self.request = request
         self.grammar = grammar
         self.response = response
-        self.input_tokens = (
-            len(request.prompt_token_ids) if input_tokens is None else input_tokens
-        )
+        self.input_tokens = len(request.prompt_token_ids) if input_tokens is None else input_tokens
         self.state: ResponseState | None = None
 
     @property
