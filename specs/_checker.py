@@ -265,18 +265,24 @@ class _Checker:
         if not isinstance(output, list):
             return
         done = self._items.done_items()
+        pairs = list(zip(output, done, strict=False))
         if len(output) != len(done):
-            indexes = [it.index for it in done]
+            # Positions no longer line up; pair the items by id so one missing item is one report.
+            by_id = {w.get(final, "id"): final for final in output if w.get_str(final, "id")}
+            pairs = [(by_id[it.id], it) for it in done if it.id in by_id]
+            missing = [it.id for it in done if it.id not in by_id]
+            extra = sorted(set(by_id) - {it.id for it in done})
             self._report("R22", f"response.output has {len(output)} item(s), but the stream "
-                                f"finished {len(done)} (output_index {indexes})")
-        for k, (final, it) in enumerate(zip(output, done, strict=False)):
+                                f"finished {len(done)}; done but not in output: {missing}, "
+                                f"in output but never done: {extra}")
+        for final, it in pairs:
+            where = f"response.output[{_position(output, final)}]"
             if it.type == "function_call":
                 for key, value in (("call_id", it.call_id), ("name", it.name)):
                     if w.get(final, key) != value:
-                        self._report("R20", f"response.output[{k}].{key} is "
-                                            f"{w.short(w.get(final, key))}, but the call was "
-                                            f"streamed with {value!r}")
-            difference = _first_difference(it.done_item, final, f"response.output[{k}]")
+                        self._report("R20", f"{where}.{key} is {w.short(w.get(final, key))}, "
+                                            f"but the call was streamed with {value!r}")
+            difference = _first_difference(it.done_item, final, where)
             if difference is not None:
                 self._report("R22", f"{difference} (compared with output_item.done at position "
                                     f"{it.done_at})")
@@ -323,6 +329,10 @@ class _Checker:
             more = f"; the next {len(run) - 1} event(s) are off too" if len(run) > 1 else ""
             self._report("R3", f"sequence_number must be {position} (the event's place in the "
                                f"stream), saw {seen}{more}")
+
+
+def _position(items: list[Any], item: Any) -> int:
+    return next(k for k, candidate in enumerate(items) if candidate is item)
 
 
 def _is_int(value: Any) -> bool:

@@ -79,7 +79,11 @@ def text_mismatch(expected: str, seen: str) -> str:
     k = next((i for i, (a, b) in enumerate(zip(expected, seen, strict=False)) if a != b),
              min(len(expected), len(seen)))
     return (f"{len(expected)} vs {len(seen)} characters, first difference at character {k}: "
-            f"expected {w.short(expected[k:k + 20])}, saw {w.short(seen[k:k + 20])}")
+            f"expected {_excerpt(expected, k)}, saw {_excerpt(seen, k)}")
+
+
+def _excerpt(text: str, k: int) -> str:
+    return w.short(text[k:k + 20]) if k < len(text) else "the end of the text"
 
 
 class Items:

@@ -6,7 +6,7 @@ assistant message and one function call. Tests mutate copies of it to plant peer
 
 from __future__ import annotations
 
-import copy
+import json
 from typing import Any
 
 RESPONSE_ID = "resp_68f1c0a2b3d4e5f60718293a4b5c6d7e"
@@ -141,7 +141,7 @@ def good_stream() -> list[dict[str, Any]]:
          "response": {**_response("completed", [reasoning_done, message_done, call_done],
                                   usage), "completed_at": 1760900002}},
     ]
-    return renumber(copy.deepcopy(events))
+    return renumber(json.loads(json.dumps(events)))  # no dict shared between events
 
 
 def renumber(events: list[dict[str, Any]]) -> list[dict[str, Any]]:
