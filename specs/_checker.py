@@ -47,9 +47,10 @@ _JSON_SCALARS = (str, int, float, bool, list, type(None))
 def check(events: Iterable[Mapping[str, Any] | object]) -> list[Violation]:
     """Check a Responses API event stream against the rules of `specs/README.md`.
 
-    `events` are wire-JSON objects (dicts as parsed from the stream) or typed streamfold
-    events (converted with `streamfold.statemachine.to_wire`). Returns the violations in
-    stream order; an empty list means the stream is conformant.
+    `events` are wire-JSON objects (dicts as parsed from the stream), typed streamfold events
+    (converted with `streamfold.statemachine.to_wire`), or openai SDK event objects (converted
+    with their `to_dict`). Returns the violations in stream order; an empty list means the
+    stream is conformant.
     """
     checker = _Checker()
     for position, event in enumerate(events):
@@ -110,9 +111,13 @@ class _Checker:
             self._report("R1", f"event is not a JSON object: {w.short(raw)}")
             return None
         try:
-            from streamfold.statemachine import to_wire  # lazy: the event model is optional here
+            to_dict = getattr(raw, "to_dict", None)
+            if callable(to_dict):  # an openai SDK event, as `responses.create(stream=True)` yields
+                wire = to_dict(mode="json")
+            else:
+                from streamfold.statemachine import to_wire  # lazy: the event model is optional
 
-            wire = to_wire(raw)
+                wire = to_wire(raw)
         except Exception as exc:  # reported, not swallowed: the input is not a usable event
             self._report("R1", f"{type(raw).__name__} object is neither a wire-JSON mapping nor "
                                f"a streamfold event that to_wire() converts ({exc!r})")

@@ -8,10 +8,13 @@ asserts that the rule written for that bug fires.
 from __future__ import annotations
 
 import json
+import re
+from pathlib import Path
 from typing import Any
 
 import pydantic
 import pytest
+import streamfold.specs
 import streamfold.statemachine
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -41,6 +44,13 @@ def test_good_stream_validates_against_openai_sdk() -> None:
     parsed = [adapter.validate_python(ev) for ev in events]
     assert [p.type for p in parsed] == [ev["type"] for ev in events]
     assert parsed[-1].response.output_text == "Let me check the weather for you. ☀"
+
+
+def test_accepts_openai_sdk_event_objects() -> None:
+    adapter = pydantic.TypeAdapter(ResponseStreamEvent)
+    assert check(adapter.validate_python(ev) for ev in good_stream()) == []
+    events = [adapter.validate_python(ev) for ev in good_stream()[:-1]]
+    assert rules(events) == {"R6"}
 
 
 def test_accepts_stream_read_back_from_json() -> None:
@@ -378,3 +388,9 @@ def test_checker_never_raises_on_mutated_good_stream(data: st.DataObject) -> Non
         ev[key] = data.draw(_json.filter(lambda value, old=ev[key]: value != old))
     found = check(events)
     assert found, "a changed required field must be reported"
+
+
+def test_every_rule_is_stated_in_the_readme() -> None:
+    readme = (Path(streamfold.specs.__file__).parent / "README.md").read_text()
+    stated = re.findall(r"^\*\*(R\d+): ", readme, flags=re.MULTILINE)
+    assert stated == list(RULES)
