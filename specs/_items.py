@@ -38,6 +38,7 @@ class _Part:
     text_done_at: int | None = None
     done_at: int | None = None
     final_text: str | None = None  # the text carried by content_part.done
+    misfit: bool = False  # its type does not fit the item (R14, reported once when added)
 
     def text(self) -> str:
         """The latest copy of this part's text (R18/R19 compare against it)."""
@@ -63,7 +64,8 @@ class _Item:
 
     def describe(self) -> str:
         kind = self.type or "item"
-        return f"{kind} item {self.id!r} at output_index {self.index}"
+        name = repr(self.id) if self.id is not None else "(no id)"
+        return f"{kind} item {name} at output_index {self.index}"
 
     def open_parts(self) -> list[_Part]:
         return [p for p in self.parts.values() if p.done_at is None]
@@ -286,7 +288,8 @@ class Items:
             self._close_part(pos, it, part, part_obj)
             return
         allowed = family.allowed[it.type or ""]
-        if part_type is not None and part_type not in allowed:
+        misfit = part_type is not None and part_type not in allowed
+        if misfit:
             self._report("R14", f"a {it.type} item's {family.name} part must be "
                                 f"{' or '.join(sorted(allowed))}, saw {part_type!r}")
         if part is not None:
@@ -300,7 +303,8 @@ class Items:
         for other in it.open_parts():
             self._report("R15", f"{family.name} part {index} added while {other.family} part "
                                 f"{other.index} (added at position {other.added_at}) is open")
-        it.parts[key] = _Part(family=family.name, index=index, part_type=part_type, added_at=pos)
+        it.parts[key] = _Part(family=family.name, index=index, part_type=part_type, added_at=pos,
+                              misfit=misfit)
 
     def _close_part(self, pos: int, it: _Item, part: _Part, part_obj: Any) -> None:
         stream = _PART_STREAM.get(part.part_type or "")
@@ -336,7 +340,7 @@ class Items:
                 self._report("R15", f"{etype} refers to {family.name} part {index} of "
                                     f"{it.describe()}, which {state} (parts added: {added})")
                 return
-            if part.part_type != stream.part_type:
+            if part.part_type != stream.part_type and not part.misfit:
                 self._report("R13", f"{etype} into a {part.part_type!r} part; it belongs in a "
                                     f"{stream.part_type!r} part")
                 return
