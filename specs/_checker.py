@@ -105,7 +105,7 @@ class _Checker:
         self._dispatch(position, ev, etype, bad)
 
     def _as_wire(self, raw: object) -> Mapping[str, Any] | None:
-        if isinstance(raw, Mapping):
+        if w.is_mapping(raw):
             return raw
         if isinstance(raw, _JSON_SCALARS):
             self._report("R1", f"event is not a JSON object: {w.short(raw)}")
@@ -137,7 +137,7 @@ class _Checker:
                 bad.add(key)
                 problems.append(f"{key} {why}")
         response = ev.get("response")
-        if "response" not in bad and isinstance(response, Mapping):
+        if "response" not in bad and w.is_mapping(response):
             for key, kind in w.RESPONSE_FIELDS.items():
                 why = w.type_error(response[key], kind) if key in response else "is missing"
                 if why is not None:

@@ -7,8 +7,8 @@ tables here so that the checker needs no SDK at run time and judges any server's
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from typing import Any, Final
+from collections.abc import Callable, Mapping
+from typing import Any, Final, TypeGuard
 
 import attrs
 
@@ -212,19 +212,29 @@ PART_TEXT_FIELD = {"output_text": "text", "refusal": "refusal", "reasoning_text"
                    "summary_text": "text"}
 
 
+def _is_int(v: Any) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool)
+
+
+def is_mapping(v: Any) -> TypeGuard[Mapping[str, Any]]:
+    return type(v) is dict or isinstance(v, Mapping)  # the ABC check is slow; dicts are common
+
+
+_CHECKS: dict[str, Callable[[Any], bool]] = {
+    INT: _is_int,
+    INDEX: lambda v: _is_int(v) and v >= 0,
+    STR: lambda v: isinstance(v, str),
+    LIST: lambda v: isinstance(v, list),
+    OBJ: is_mapping,
+    NUM: lambda v: isinstance(v, int | float) and not isinstance(v, bool),
+    BOOL: lambda v: isinstance(v, bool),
+    ANY: lambda v: True,
+}
+
+
 def type_error(value: Any, kind: str) -> str | None:
     """Why `value` is not of the wire `kind`, or None when it is."""
-    ok = {
-        INT: isinstance(value, int) and not isinstance(value, bool),
-        INDEX: isinstance(value, int) and not isinstance(value, bool) and value >= 0,
-        STR: isinstance(value, str),
-        LIST: isinstance(value, list),
-        OBJ: isinstance(value, Mapping),
-        NUM: isinstance(value, int | float) and not isinstance(value, bool),
-        BOOL: isinstance(value, bool),
-        ANY: True,
-    }[kind]
-    return None if ok else f"must be {kind}, saw {short(value)}"
+    return None if _CHECKS[kind](value) else f"must be {kind}, saw {short(value)}"
 
 
 def short(value: Any, limit: int = 60) -> str:
@@ -235,7 +245,7 @@ def short(value: Any, limit: int = 60) -> str:
 
 def get(obj: Any, key: str) -> Any:
     """`obj[key]` for a mapping, else None: malformed input must never raise."""
-    return obj.get(key) if isinstance(obj, Mapping) else None
+    return obj.get(key) if is_mapping(obj) else None
 
 
 def get_str(obj: Any, key: str) -> str | None:

@@ -20,12 +20,14 @@ is what the openai SDK's decoder does too, so a stream it accepts is one the SDK
 from __future__ import annotations
 
 import codecs
+import re
 
 import attrs
 
 __all__ = ["SSEFramingError", "SSEMessage", "SSEParser", "parse_sse", "sse_frame"]
 
 _BOM = "\ufeff"
+_LINE_END = re.compile(r"\r\n|\r|\n")
 
 
 class SSEFramingError(ValueError):
@@ -107,21 +109,12 @@ class SSEParser:
             self._skip_lf = False
             if text[0] == "\n":
                 start = 1
-        n = len(text)
-        i = start
-        while i < n:
-            c = text[i]
-            if c == "\r" or c == "\n":
-                self._line += text[start:i]
-                self._end_line(messages)
-                if c == "\r":
-                    if i + 1 < n:
-                        if text[i + 1] == "\n":
-                            i += 1
-                    else:
-                        self._skip_lf = True
-                start = i + 1
-            i += 1
+        for match in _LINE_END.finditer(text, start):
+            self._line += text[start:match.start()]
+            self._end_line(messages)
+            start = match.end()
+            # A CR that ends the chunk may be the first half of a CRLF split across feeds.
+            self._skip_lf = match.group() == "\r" and start == len(text)
         self._line += text[start:]
         return messages
 

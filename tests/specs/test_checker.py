@@ -359,7 +359,7 @@ _json = st.recursive(
     | st.text(max_size=5),
     lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=8), inner,
                                                                 max_size=4),
-    max_leaves=12,
+    max_leaves=8,
 )
 _TYPES = sorted({ev["type"] for ev in good_stream()} | {"error", "response.failed",
                                                         "response.incomplete"})
@@ -369,7 +369,7 @@ _keys = st.sampled_from(["type", "sequence_number", "output_index", "content_ind
 _eventish = st.dictionaries(_keys, _json | st.sampled_from(_TYPES), max_size=7)
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=150, deadline=None)
 @given(st.lists(_eventish | _json, max_size=12))
 def test_checker_never_raises_on_arbitrary_json(events: list[Any]) -> None:
     found = check(events)
@@ -378,7 +378,7 @@ def test_checker_never_raises_on_arbitrary_json(events: list[Any]) -> None:
         assert [v.rule for v in found] == ["R6"]
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=150, deadline=None)
 @given(st.data())
 def test_checker_never_raises_on_mutated_good_stream(data: st.DataObject) -> None:
     events = good_stream()
