@@ -20,7 +20,13 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from openai.types.responses import ResponseStreamEvent
 from streamfold.specs import RULES, Violation, check, format_report
-from wire_streams import RESPONSE_ID, good_stream, index_of, renumber
+from wire_streams import (
+    RESPONSE_ID,
+    good_stream,
+    index_of,
+    renumber,
+    summary_and_code_stream,
+)
 
 
 def rules(events: list[Any]) -> set[str]:
@@ -44,6 +50,28 @@ def test_good_stream_validates_against_openai_sdk() -> None:
     parsed = [adapter.validate_python(ev) for ev in events]
     assert [p.type for p in parsed] == [ev["type"] for ev in events]
     assert parsed[-1].response.output_text == "Let me check the weather for you. ☀"
+
+
+def test_accepts_summary_and_code_interpreter_stream() -> None:
+    adapter = pydantic.TypeAdapter(ResponseStreamEvent)
+    events = summary_and_code_stream()
+    for ev in events:
+        adapter.validate_python(ev)
+    assert check(events) == []
+
+
+def test_rejects_code_deltas_that_miss_the_done_code() -> None:
+    events = summary_and_code_stream()
+    events[index_of(events, "response.code_interpreter_call_code.done")]["code"] = "print(4)"
+    assert "R17" in rules(events)
+
+
+def test_rejects_summary_part_index_not_from_zero() -> None:
+    events = summary_and_code_stream()
+    for ev in events:
+        if "summary_index" in ev:
+            ev["summary_index"] = 1
+    assert "R14" in rules(events)
 
 
 def test_accepts_openai_sdk_event_objects() -> None:

@@ -156,3 +156,44 @@ def index_of(events: list[dict[str, Any]], etype: str, nth: int = 0, **fields: A
     hits = [i for i, ev in enumerate(events)
             if ev.get("type") == etype and all(ev.get(k) == v for k, v in fields.items())]
     return hits[nth]
+
+
+def summary_and_code_stream() -> list[dict[str, Any]]:
+    """A second conformant stream: a reasoning item with a summary (as the OpenAI cloud streams
+    reasoning), then a code interpreter call (gpt-oss's python tool) with its progress events."""
+    events = good_stream()
+    created, in_progress, completed = events[0], events[1], events[-1]
+    rs = {"item_id": "rs_summary1", "output_index": 0}
+    ci = {"item_id": "ci_code1", "output_index": 1}
+    summary = "Checking the weather."
+    code = "print(2 + 2)"
+    reasoning_done = {"id": rs["item_id"], "type": "reasoning", "summary": [
+        {"type": "summary_text", "text": summary}]}
+    call_done = {"id": ci["item_id"], "type": "code_interpreter_call", "status": "completed",
+                 "code": code, "container_id": "cntr_1", "outputs": None}
+    body: list[dict[str, Any]] = [
+        {"type": "response.output_item.added", "output_index": 0,
+         "item": {"id": rs["item_id"], "type": "reasoning", "summary": []}},
+        {"type": "response.reasoning_summary_part.added", **rs, "summary_index": 0,
+         "part": {"type": "summary_text", "text": ""}},
+        {"type": "response.reasoning_summary_text.delta", **rs, "summary_index": 0,
+         "delta": summary[:8]},
+        {"type": "response.reasoning_summary_text.delta", **rs, "summary_index": 0,
+         "delta": summary[8:]},
+        {"type": "response.reasoning_summary_text.done", **rs, "summary_index": 0,
+         "text": summary},
+        {"type": "response.reasoning_summary_part.done", **rs, "summary_index": 0,
+         "part": {"type": "summary_text", "text": summary}},
+        {"type": "response.output_item.done", "output_index": 0, "item": reasoning_done},
+        {"type": "response.output_item.added", "output_index": 1,
+         "item": {**call_done, "status": "in_progress", "code": ""}},
+        {"type": "response.code_interpreter_call.in_progress", **ci},
+        {"type": "response.code_interpreter_call_code.delta", **ci, "delta": code[:6]},
+        {"type": "response.code_interpreter_call_code.delta", **ci, "delta": code[6:]},
+        {"type": "response.code_interpreter_call_code.done", **ci, "code": code},
+        {"type": "response.code_interpreter_call.interpreting", **ci},
+        {"type": "response.code_interpreter_call.completed", **ci},
+        {"type": "response.output_item.done", "output_index": 1, "item": call_done},
+    ]
+    completed["response"]["output"] = [reasoning_done, call_done]
+    return renumber(json.loads(json.dumps([created, in_progress, *body, completed])))
