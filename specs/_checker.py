@@ -37,7 +37,8 @@ _STATUS = {
     "response.in_progress": ("in_progress",),
     "response.completed": ("completed",),
     "response.incomplete": ("incomplete",),
-    "response.failed": ("failed",),
+    # The SDK's union has no response.cancelled event: a cancelled response ends as failed.
+    "response.failed": ("failed", "cancelled"),
 }
 _USAGE = {"input_tokens": w.INDEX, "output_tokens": w.INDEX, "total_tokens": w.INDEX,
           "input_tokens_details": w.OBJ, "output_tokens_details": w.OBJ}

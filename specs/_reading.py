@@ -13,6 +13,7 @@ import re
 from typing import Any
 
 import attrs
+from streamfold.statemachine import StreamfoldError
 from streamfold.statemachine._sse import SSEParser
 
 from ._checker import check
@@ -24,7 +25,7 @@ _SSE_LINE = re.compile(r"(event|data|id|retry)(:|$)|:")
 _LINE_END = re.compile(r"\r\n|\r|\n")
 
 
-class UnreadableStreamError(ValueError):
+class UnreadableStreamError(StreamfoldError, ValueError):
     """The input is neither JSON lines nor an SSE stream of JSON events."""
 
 

@@ -3,9 +3,9 @@
 Wiring into the `streamfold` console script:
 
     from streamfold.specs.cli_check import add_check_parser, run_check
-    add_check_parser(subparsers)       # registers `check`, sets `func=run_check`
+    add_check_parser(subparsers)       # registers `check`, sets `run=run_check`
     ...
-    return args.func(args)
+    return args.run(args)
 
 Exit status: 0 conformant, 1 not conformant, 2 unreadable input (no such file, not JSON, not
 a stream). Also runnable alone: `python -m streamfold.specs.cli_check FILE`.
@@ -45,7 +45,7 @@ def add_check_parser(subparsers: Any) -> argparse.ArgumentParser:
         description=_DESCRIPTION,
     )
     _add_arguments(parser)
-    parser.set_defaults(func=run_check)
+    parser.set_defaults(run=run_check)
     return parser
 
 

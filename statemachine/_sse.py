@@ -24,13 +24,15 @@ import re
 
 import attrs
 
+from ._errors import StreamfoldError
+
 __all__ = ["SSEFramingError", "SSEMessage", "SSEParser", "parse_sse", "sse_frame"]
 
 _BOM = "\ufeff"
 _LINE_END = re.compile(r"\r\n|\r|\n")
 
 
-class SSEFramingError(ValueError):
+class SSEFramingError(StreamfoldError, ValueError):
     """A value cannot be written as one server-sent event, or the parser was misused."""
 
 

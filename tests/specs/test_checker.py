@@ -20,7 +20,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from openai.types.responses import ResponseStreamEvent
 from streamfold.specs import RULES, Violation, check, format_report
-from wire_streams import (
+
+from tests.specs.wire_streams import (
     RESPONSE_ID,
     good_stream,
     index_of,
@@ -331,6 +332,18 @@ def test_error_event_ends_a_stream_as_failure(error: dict[str, Any]) -> None:
     events = good_stream()
     cut = index_of(events, "response.output_text.delta", nth=1)
     assert check(renumber([*events[:cut], error])) == []
+
+
+@pytest.mark.parametrize("status", ["failed", "cancelled"])
+def test_response_failed_carries_failed_or_cancelled_and_an_error(status: str) -> None:
+    events = good_stream()
+    events[-1]["type"] = "response.failed"
+    events[-1]["response"]["status"] = status
+    assert rules(events) == {"R7"}  # no error object yet
+    events[-1]["response"]["error"] = {"code": "server_error", "message": "cancelled"}
+    assert check(events) == []
+    events[-1]["response"]["status"] = "completed"
+    assert rules(events) == {"R7"}
 
 
 def test_error_may_be_followed_by_response_failed_only() -> None:

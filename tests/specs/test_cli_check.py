@@ -13,7 +13,8 @@ import pytest
 from streamfold.specs import UnreadableStreamError, read_stream
 from streamfold.specs.cli_check import add_check_parser, main, run_check
 from streamfold.statemachine._sse import sse_frame
-from wire_streams import good_stream, index_of, renumber
+
+from tests.specs.wire_streams import good_stream, index_of, renumber
 
 
 def as_sse(events: list[dict[str, Any]]) -> bytes:
@@ -99,6 +100,16 @@ def test_truncated_sse_is_noted(tmp_path: Path, capsys: pytest.CaptureFixture[st
     assert "ends inside an SSE event" in out and "R6" in out
 
 
+def test_streamfold_console_entry_point(tmp_path: Path) -> None:
+    from streamfold.cli import main as streamfold_main
+
+    path = tmp_path / "stream.sse"
+    path.write_bytes(as_sse(good_stream()))
+    assert streamfold_main(["check", str(path)]) == 0
+    path.write_bytes(as_sse(good_stream()[:-1]))
+    assert streamfold_main(["check", str(path)]) == 1
+
+
 def test_read_stream_rejects_non_stream() -> None:
     with pytest.raises(UnreadableStreamError, match="line 1 is not JSON"):
         read_stream(b"hello world\n")
@@ -108,7 +119,7 @@ def test_subcommand_wiring_and_stdin() -> None:
     parser = argparse.ArgumentParser(prog="streamfold")
     add_check_parser(parser.add_subparsers(dest="command"))
     args = parser.parse_args(["check"])
-    assert args.func is run_check and args.file == "-"
+    assert args.run is run_check and args.file == "-"
     done = subprocess.run([sys.executable, "-m", "streamfold.specs.cli_check", "-"],
                           input=as_jsonl(good_stream()), capture_output=True, check=False)
     assert done.returncode == 0, done.stderr
