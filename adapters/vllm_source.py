@@ -111,6 +111,7 @@ class VLLMTokenSource:
         *,
         api: VLLMApi | None = None,
         output_kind: OutputKind = "delta",
+        detokenize: bool = False,
     ) -> None:
         if output_kind not in ("delta", "cumulative"):
             raise ValueError(
@@ -120,6 +121,9 @@ class VLLMTokenSource:
         self._engine = engine
         self._api = api if api is not None else load_vllm_api()
         self._output_kind: OutputKind = output_kind
+        # streamfold reads token ids only, so by default vLLM's API process is spared the
+        # per-token detokenization; turn it on to get `text` (or stop strings) from vLLM too.
+        self._detokenize = detokenize
 
     def sampling_params(self, request: GenerationRequest) -> Any:
         """The `vllm.SamplingParams` for `request`."""
@@ -137,6 +141,7 @@ class VLLMTokenSource:
             logprobs=sampling.top_logprobs if _wants_logprobs(request) else None,
             stop_token_ids=list(request.stop_token_ids),
             output_kind=self._api.output_kinds[self._output_kind],
+            detokenize=self._detokenize,
         )
 
     async def generate(self, request: GenerationRequest) -> AsyncIterator[TokenChunk]:

@@ -78,6 +78,7 @@ async def test_builds_sampling_params_and_token_prompt() -> None:
     assert (params.temperature, params.top_p, params.top_k, params.seed) == (0.0, 0.9, 40, 7)
     assert params.logprobs == 3
     assert params.stop_token_ids == [200002, 200012]
+    assert params.detokenize is False  # streamfold reads token ids, not vLLM's text
 
 
 async def test_logprobs_off_and_sampled_only() -> None:
