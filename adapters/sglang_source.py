@@ -217,7 +217,7 @@ def _positions(meta: Mapping[str, Any], key: str, start: int, count: int) -> Seq
             f"SGLang meta_info[{key!r}] has {have} positions, needs {start + count}"
             " (logprobs were requested for every token)"
         )
-    return positions[start : start + count]
+    return list(positions[start : start + count])
 
 
 def _finish(finish: object) -> dict[str, Any]:

@@ -189,7 +189,7 @@ class VLLMTokenSource:
 
 
 def _wants_logprobs(request: GenerationRequest) -> bool:
-    return request.sampling.logprobs or request.sampling.top_logprobs > 0
+    return bool(request.sampling.logprobs or request.sampling.top_logprobs > 0)
 
 
 @attrs.define
@@ -248,7 +248,7 @@ class _OutputReader:
             )
         # Integer indexing works on both `list[dict]` and vLLM's `FlatLogprobs`, whose slicing
         # fails on an empty slice.
-        tail = [positions[i] for i in range(count - len(new), count)] if new else []
+        tail = [positions[i] for i in range(count - len(new), count)] if positions else []
         sampled = []
         top = []
         for token_id, position in zip(new, tail, strict=True):
