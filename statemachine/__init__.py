@@ -1,1 +1,25 @@
-"""streamfold.statemachine."""
+"""The pure core: Responses event values, their wire format, and the token reducer.
+
+Nothing here does I/O, reads a clock, draws random numbers, or imports torch or anyio.
+"""
+
+from ._errors import ReducerUsageError, StreamfoldError, VocabularyError, WireFormatError
+from ._events import *  # noqa: F403
+from ._events import __all__ as _events_all
+from ._model import *  # noqa: F403
+from ._model import __all__ as _model_all
+from ._wire import dumps, from_wire, loads, structure, to_wire
+
+__all__ = [
+    "ReducerUsageError",
+    "StreamfoldError",
+    "VocabularyError",
+    "WireFormatError",
+    "dumps",
+    "from_wire",
+    "loads",
+    "structure",
+    "to_wire",
+    *_events_all,
+    *_model_all,
+]
