@@ -6,13 +6,23 @@ Nothing here does I/O, reads a clock, draws random numbers, or imports torch or 
 from ._errors import ReducerUsageError, StreamfoldError, VocabularyError, WireFormatError
 from ._events import *  # noqa: F403
 from ._events import __all__ as _events_all
+from ._harmony import HarmonyGrammar
 from ._model import *  # noqa: F403
 from ._model import __all__ as _model_all
+from ._reducer import FinishReason, ResponseState, finish, start, step
+from ._vocab import Vocabulary
 from ._wire import dumps, from_wire, loads, structure, to_wire
 
 __all__ = [
+    "FinishReason",
+    "HarmonyGrammar",
     "ReducerUsageError",
+    "ResponseState",
+    "finish",
+    "start",
+    "step",
     "StreamfoldError",
+    "Vocabulary",
     "VocabularyError",
     "WireFormatError",
     "dumps",

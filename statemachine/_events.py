@@ -419,6 +419,4 @@ EVENT_TYPES: dict[str, type[Event]] = {
     for cls in Event.__args__  # type: ignore[attr-defined]
 }
 
-TERMINAL_EVENT_TYPES = frozenset(
-    {"response.completed", "response.incomplete", "response.failed"}
-)
+TERMINAL_EVENT_TYPES = frozenset({"response.completed", "response.incomplete", "response.failed"})

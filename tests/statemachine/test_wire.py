@@ -85,19 +85,40 @@ def test_optional_nulls_are_left_out_except_on_the_response() -> None:
     ("wire", "path"),
     [
         (
-            {"type": "response.output_text.delta", "sequence_number": 1, "item_id": "m",
-             "output_index": 0, "content_index": "0", "delta": "x"},
+            {
+                "type": "response.output_text.delta",
+                "sequence_number": 1,
+                "item_id": "m",
+                "output_index": 0,
+                "content_index": "0",
+                "delta": "x",
+            },
             "$.content_index",
         ),
         (
-            {"type": "response.output_item.added", "sequence_number": 2, "output_index": 0,
-             "item": {"type": "function_call", "id": "fc", "call_id": 7, "name": "f",
-                      "arguments": ""}},
+            {
+                "type": "response.output_item.added",
+                "sequence_number": 2,
+                "output_index": 0,
+                "item": {
+                    "type": "function_call",
+                    "id": "fc",
+                    "call_id": 7,
+                    "name": "f",
+                    "arguments": "",
+                },
+            },
             "$.item.call_id",
         ),
         (
-            {"type": "response.output_text.delta", "sequence_number": True, "item_id": "m",
-             "output_index": 0, "content_index": 0, "delta": "x"},
+            {
+                "type": "response.output_text.delta",
+                "sequence_number": True,
+                "item_id": "m",
+                "output_index": 0,
+                "content_index": 0,
+                "delta": "x",
+            },
             "$.sequence_number",
         ),
         ({"type": "response.exploded", "sequence_number": 0}, "'response.exploded'"),
