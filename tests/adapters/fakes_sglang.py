@@ -40,6 +40,8 @@ from typing import Any
 import anyio
 import anyio.lowlevel
 
+from .fakes_vllm import alternative_ids
+
 _SAMPLING_KEYS = {
     "max_new_tokens", "stop", "stop_token_ids", "temperature", "top_p", "top_k", "min_p",
     "ignore_eos", "skip_special_tokens", "no_stop_trim", "n", "sampling_seed",
@@ -66,7 +68,8 @@ def token_logprob(position: int, token_id: int) -> tuple[float, int, None]:
 def top_logprobs(position: int, token_id: int, k: int) -> list[tuple[float, int, None]]:
     """SGLang's top-k list for one position, most likely first; at odd positions the
     sampled token is not among them."""
-    alternatives = [(-0.5 - 0.1 * j, 800_000 + position * 10 + j, None) for j in range(k)]
+    ids = alternative_ids(position, token_id, k)
+    alternatives = [(-0.5 - 0.1 * j, tid, None) for j, tid in enumerate(ids)]
     if position % 2 == 0 and k:
         return [token_logprob(position, token_id), *alternatives[: k - 1]]
     return alternatives

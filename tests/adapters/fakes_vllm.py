@@ -183,6 +183,17 @@ class EngineDeadError(Exception):
     """vllm/v1/engine/exceptions.py: the engine core died."""
 
 
+def alternative_ids(position: int, token_id: int, k: int) -> list[int]:
+    """k token ids other than the sampled one, inside the o200k vocabulary."""
+    ids: list[int] = []
+    candidate = 50_000 + position * 10
+    while len(ids) < k:
+        if candidate != token_id:
+            ids.append(candidate)
+        candidate += 1
+    return ids
+
+
 def ranked_alternatives(position: int, token_id: int, k: int) -> list[tuple[int, float]]:
     """The sampled token and k alternatives at `position`, most likely first.
 
@@ -190,7 +201,8 @@ def ranked_alternatives(position: int, token_id: int, k: int) -> list[tuple[int,
     at odd positions it ranks below every top-k alternative.
     """
     sampled_lp = -0.05 - 0.001 * position if position % 2 == 0 else -3.0 - 0.001 * position
-    alternatives = [(900_000 + position * 10 + j, -0.5 - 0.1 * j) for j in range(k)]
+    ids = alternative_ids(position, token_id, k)
+    alternatives = [(tid, -0.5 - 0.1 * j) for j, tid in enumerate(ids)]
     return sorted([(token_id, sampled_lp), *alternatives], key=lambda item: -item[1])
 
 
