@@ -62,7 +62,9 @@ def check_sampling_params(params: dict[str, Any]) -> None:
 
 
 def token_logprob(position: int, token_id: int) -> tuple[float, int, None]:
-    return (-0.25 - 0.01 * position, token_id, None)
+    """The sampled token's entry: the most likely token at even positions, unlikely at odd."""
+    logprob = -0.05 - 0.001 * position if position % 2 == 0 else -3.0 - 0.001 * position
+    return (logprob, token_id, None)
 
 
 def top_logprobs(position: int, token_id: int, k: int) -> list[tuple[float, int, None]]:
