@@ -125,12 +125,12 @@ class HarmonyGrammar:
         parse: HarmonyParse = state.parse
         if token == self.message_id:
             header = self._parse(parse)
+            if not header.is_header:
+                return self._header_was_text(state, out)
             state = self._open(state, out, header)
-            if not header.is_header and header.rest:
-                state = attrs.evolve(state, open=append_text(out, state.open, header.rest))  # type: ignore[arg-type]
             return attrs.evolve(state, parse=HarmonyParse(phase="content"))
         if token in self.stops:
-            state = self._flush_header(state, out, complete=True)
+            state = self._flush_header(state, out, complete=True, stopped=True)
             return attrs.evolve(state, parse=HarmonyParse(phase="expect_start"))
         if token == self.start_id:
             return attrs.evolve(state, parse=HarmonyParse(phase="header", role_pending=True))
@@ -183,29 +183,55 @@ class HarmonyGrammar:
             return "message", None, None, "commentary"
         return "message", None, None, None
 
-    def _flush_header(self, state: ResponseState, out: Out, *, complete: bool) -> ResponseState:
-        """A header that never reached `<|message|>`: keep whatever it said (bug 44, 58)."""
+    def _flush_header(
+        self, state: ResponseState, out: Out, *, complete: bool, stopped: bool
+    ) -> ResponseState:
+        """A header that never reached `<|message|>`: keep whatever it said.
+
+        Ended by a stop token (`stopped`), the header is complete and anything after its
+        markers is content (non-strict harmony, bug 44; an unterminated call, bug 58). Cut off
+        by the end of generation, a real header is unfinished: its words may be half a
+        recipient, so nothing is shown; stray text that never looked like a header is.
+        """
         parse: HarmonyParse = state.parse
         if parse.header is None:
             return state
         header = self._parse(parse)
-        if not header.rest and header.recipient is None:
-            return state  # only markers, no text: nothing was said
+        if not header.is_header:
+            if not self._text_of(parse.header).strip() or (parse.role_pending and not header.rest):
+                return state  # only markers or a role word: nothing was said
+            return close_open(self._header_was_text(state, out), out, complete=complete)
+        if not stopped or (not header.rest and header.recipient is None):
+            return state
         state = self._open(state, out, header)
         state = attrs.evolve(state, open=append_text(out, state.open, header.rest))  # type: ignore[arg-type]
         return close_open(state, out, complete=complete)
 
+    def _text_of(self, header: Rope) -> str:
+        return b"".join(
+            self.vocabulary.token_bytes[t]
+            for t in rope_items(header)
+            if t not in self.vocabulary.special_ids
+        ).decode("utf-8", "replace")
+
     def _header_was_text(self, state: ResponseState, out: Out) -> ResponseState:
+        """What looked like a header was text: show it as a message, control tokens dropped.
+
+        After `<|start|>` the first word is the role (`assistant`), not text.
+        """
         parse: HarmonyParse = state.parse
+        text = self._text_of(parse.header)
+        if parse.role_pending:
+            role = self._parse(parse).role
+            stripped = text.lstrip()
+            if role and stripped.startswith(role):
+                text = stripped[len(role) :]
         state = self._open(state, out, Header())
-        item = state.open
-        for token in rope_items(parse.header):
-            if token not in self.vocabulary.special_ids:
-                item = append_bytes(out, item, self.vocabulary.token_bytes[token], self.vocabulary)  # type: ignore[arg-type]
+        item = append_text(out, state.open, text)  # type: ignore[arg-type]
         return attrs.evolve(state, open=item, parse=HarmonyParse(phase="content"))
 
     def flush(self, state: ResponseState, out: Out, complete: bool) -> ResponseState:
         parse: HarmonyParse = state.parse
         if parse.phase == "header":
-            state = self._flush_header(state, out, complete=complete)
+            state = self._flush_header(state, out, complete=complete, stopped=False)
         return attrs.evolve(state, parse=HarmonyParse(phase="expect_start"))
