@@ -26,9 +26,11 @@ from collections.abc import AsyncIterator, Iterator
 from typing import Any
 
 import anyio
+
 from streamfold.engines import GenerationRequest, TokenChunk, TokenSource
 from streamfold.statemachine import Event, Response, ResponseState, dumps, finish, start, step
 from streamfold.statemachine._reducer import FinishReason, Grammar
+from streamfold.statemachine._sse import sse_frame
 
 __all__ = [
     "ABORT_GRACE_SECONDS",
@@ -42,12 +44,6 @@ __all__ = [
 ABORT_GRACE_SECONDS = 5.0
 
 NO_FINISH = "the token source stopped without a finish reason"
-
-
-def sse_frame(event_type: str, data_json: str) -> bytes:
-    """One server-sent event as the Responses API frames it (no `id:`, no `[DONE]`)."""
-    # TODO(checker): swap for streamfold.statemachine._sse.sse_frame once it lands on main.
-    return f"event: {event_type}\ndata: {data_json}\n\n".encode()
 
 
 def _tokens(chunk: TokenChunk) -> Iterator[tuple[int, float | None, Any]]:

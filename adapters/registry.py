@@ -16,6 +16,7 @@ from importlib import resources
 from pathlib import Path
 
 import attrs
+
 from streamfold.engines import (
     GenerationRequest,
     ReplaySource,

@@ -17,6 +17,7 @@ from typing import Any, Literal, get_args, get_origin
 import attrs
 import cattrs
 from cattrs.gen import make_dict_structure_fn
+
 from streamfold.statemachine import (
     FunctionTool,
     ReasoningConfig,

@@ -27,6 +27,7 @@ from typing import Any
 import anyio
 import attrs
 from anyio.abc import TaskGroup, TaskStatus
+
 from streamfold.adapters.driver import Generation, sse_frame
 from streamfold.engines import GenerationRequest, SamplingParams
 from streamfold.statemachine import Event, ReasoningConfig, Response, StreamfoldError, dumps

@@ -19,6 +19,7 @@ from typing import Any, Protocol, runtime_checkable
 
 import anyio
 import attrs
+
 from streamfold.statemachine import TERMINAL_EVENT_TYPES, StreamfoldError
 
 __all__ = [

@@ -8,10 +8,10 @@ from pathlib import Path
 from typing import Any
 
 import anyio
+
 from streamfold.engines import GenerationRequest, TokenChunk, dump_trace, parse_trace
 from streamfold.engines._trace import Trace
 from streamfold.statemachine import TERMINAL_EVENT_TYPES, to_wire
-
 from streamfold.vocab import harmony_encoding
 
 GREETING = (
@@ -55,13 +55,26 @@ def write_traces(directory: Path, traces: Mapping[str, str]) -> Path:
     return directory
 
 
+# Fields the SDK's `responses.stream` helper adds to what it parsed (Parsed* models); they are
+# not on the wire, so they are taken off before checking what the server sent.
+_SDK_ADDED = frozenset({"parsed_arguments", "parsed"})
+
+
+def _strip_sdk_fields(value: Any) -> Any:
+    if isinstance(value, dict):
+        return {k: _strip_sdk_fields(v) for k, v in value.items() if k not in _SDK_ADDED}
+    if isinstance(value, list):
+        return [_strip_sdk_fields(v) for v in value]
+    return value
+
+
 def wire(events: Iterable[Any]) -> list[dict[str, Any]]:
     out = []
     for event in events:
         if isinstance(event, Mapping):
             out.append(dict(event))
         elif hasattr(event, "model_dump"):  # an openai SDK event
-            out.append(json.loads(event.model_dump_json(exclude_unset=True)))
+            out.append(_strip_sdk_fields(json.loads(event.model_dump_json(exclude_unset=True))))
         else:
             out.append(to_wire(event))
     return out
@@ -114,3 +127,50 @@ class CountingSource:
         finally:
             self.open -= 1
             self.closed += 1
+
+
+class ScriptedEngine:
+    """The replay engine of a trace directory, instrumented for server tests.
+
+    Counts open generators (a disconnect must leave none), records the requests it was given,
+    slows the models named in `delays`, and raises mid-stream for the models in `broken`.
+    """
+
+    def __init__(
+        self,
+        replay: Any,
+        *,
+        delays: Mapping[str, float] | None = None,
+        broken: Iterable[str] = (),
+        fail_after: int = 5,
+    ) -> None:
+        self.replay = replay
+        self.delays = dict(delays or {})
+        self.broken = set(broken)
+        self.fail_after = fail_after
+        self.open = 0
+        self.started = 0
+        self.requests: list[GenerationRequest] = []
+
+    def generate(self, request: GenerationRequest) -> AsyncIterator[TokenChunk]:
+        self.requests.append(request)
+        return self._generate(request)
+
+    async def _generate(self, request: GenerationRequest) -> AsyncIterator[TokenChunk]:
+        self.open += 1
+        self.started += 1
+        try:
+            delay = self.delays.get(request.model, 0.0)
+            for produced, chunk in enumerate([c async for c in self.replay.generate(request)]):
+                if request.model in self.broken and produced >= self.fail_after:
+                    raise ConnectionResetError("engine worker died")
+                if delay:
+                    await anyio.sleep(delay)
+                yield chunk
+        finally:
+            self.open -= 1
+
+    def engine(self) -> Any:
+        from streamfold.adapters.registry import Engine
+
+        return Engine(source=self, grammar=self.replay.grammar)

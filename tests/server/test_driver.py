@@ -11,11 +11,11 @@ from collections.abc import AsyncIterator
 
 import anyio
 import pytest
+
 from streamfold.adapters.driver import Generation, stream_events, stream_sse
 from streamfold.engines import GenerationRequest, ReplaySource, TokenChunk
-from streamfold.statemachine import Response, dumps
-
 from streamfold.replay import grammar_for, replay_events
+from streamfold.statemachine import Response, dumps
 
 from .helpers import GREETING, LONG_ANSWER, CountingSource, assert_conformant, encode, make_trace
 
