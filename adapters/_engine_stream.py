@@ -53,9 +53,7 @@ class EngineOutputError(Exception):
 
 def error_chunk(engine: str, request_id: str, exc: BaseException) -> TokenChunk:
     """The final chunk that reports an engine failure, with the cause chain in the message."""
-    logger.error(
-        "%s failed while streaming request %s", engine, request_id, exc_info=exc
-    )
+    logger.error("%s failed while streaming request %s", engine, request_id, exc_info=exc)
     detail = str(exc)
     message = f"{engine} engine failed: {type(exc).__name__}" + (f": {detail}" if detail else "")
     # vLLM raises `EngineGenerateError()` with no message `from` the real error: name the cause.

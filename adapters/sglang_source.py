@@ -108,9 +108,7 @@ class SGLangTokenSource:
         """Stream `request` from the engine as token chunks; the last one has `finish_reason`."""
         rid = sglang_rid(request.request_id)
         wants_logprobs = request.sampling.logprobs or request.sampling.top_logprobs > 0
-        reader = _OutputReader(
-            logprobs=wants_logprobs, top_logprobs=request.sampling.top_logprobs
-        )
+        reader = _OutputReader(logprobs=wants_logprobs, top_logprobs=request.sampling.top_logprobs)
         outputs: AsyncIterator[dict[str, Any]] | None = None
         ended = False
         try:

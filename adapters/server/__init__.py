@@ -19,11 +19,11 @@ from ._app import EventStreamResponse, create_app
 from ._prompt import render_prompt, stop_token_ids
 from ._requests import CreateRequest, RequestError, parse_create_request
 from ._service import Prepared, ResponseService, ServiceNotRunningError
+from ._sqlite import SQLiteEventStore
 from ._store import (
     EventRecord,
     EventStore,
     MemoryEventStore,
-    SQLiteEventStore,
     StoredResponse,
     StoreError,
 )

@@ -11,6 +11,7 @@ harmony has one system and one developer message per conversation.
 
 from __future__ import annotations
 
+import functools
 from typing import Any
 
 import openai_harmony as h
@@ -113,6 +114,7 @@ def render_prompt(request: CreateRequest) -> tuple[int, ...]:
     return tuple(ids)
 
 
+@functools.cache  # openai-harmony takes milliseconds to compute these
 def stop_token_ids() -> tuple[int, ...]:
     """`<|return|>` and `<|call|>`: where an assistant turn ends."""
     return tuple(harmony_encoding().stop_tokens_for_assistant_actions())

@@ -1,10 +1,10 @@
 """Running responses: foreground streams, background tasks, followers, and cancellation.
 
 Every response, however it is served, goes through `_drive`: the driver's event batches are
-serialised once, appended to the event log (when the response is stored) *before* anyone sees
-them, then published to the in-memory `Run` that live followers wait on. So the log is always a
-prefix of what any client received, and a client resuming with `starting_after` gets exactly
-the events it missed.
+serialised once, published to the in-memory `Run` that live followers read, and appended to the
+event log (when the response is stored) in batches, the last one with the terminal event before
+the run is finished. So a live response is followed from memory, a finished one from the log,
+and a client resuming with `starting_after` gets exactly the events it missed, either way.
 
 - Foreground (`background` false): the HTTP response pulls from `_drive` directly, so the
   client's pace sets the engine's (backpressure), and a client that leaves closes the driver,
@@ -46,6 +46,12 @@ CANCELLED = "the response was cancelled before it finished"
 CLIENT_LEFT = "the client disconnected before the response finished"
 SHUTDOWN = "the server shut down before the response finished"
 
+# The store is written in batches: at the terminal event, or when this many events or seconds
+# have gathered. Followers of a live run read it from memory, so batching delays nothing they
+# see; a crash loses at most that much of a response that was unfinished anyway.
+FLUSH_EVENTS = 64
+FLUSH_SECONDS = 0.25
+
 
 class ServiceNotRunningError(StreamfoldError, RuntimeError):
     """A background response was requested before the app's lifespan started the service."""
@@ -63,18 +69,24 @@ class Prepared:
 
 @attrs.define(kw_only=True, eq=False)
 class Run:
-    """A response being generated, as followers see it. Mutable, in memory, one per response."""
+    """A response being generated, as followers see it. Mutable, in memory, one per response.
+
+    While a run is live, followers read `records` here; the store catches up in batches
+    (`pending`), and holds the whole log before the run leaves `ResponseService.live`.
+    """
 
     id: str
     background: bool
-    keep: bool  # stored: keep the records for followers
+    keep: bool  # stored: log the records and keep them for followers
     records: list[EventRecord] = attrs.Factory(list)
+    pending: list[EventRecord] = attrs.Factory(list)  # not yet in the store
+    flushed_at: float = 0.0
     event: str | None = None  # wire JSON of the latest lifecycle event
-    changed: anyio.Event = attrs.Factory(anyio.Event)
     done: anyio.Event = attrs.Factory(anyio.Event)
     finished: bool = False
     scope: anyio.CancelScope | None = None
     stop_message: str = CLIENT_LEFT
+    _changed: anyio.Event | None = None  # made only when someone waits: most runs have no follower
 
     def publish(self, records: list[EventRecord]) -> None:
         if self.keep:
@@ -82,13 +94,22 @@ class Run:
         for record in records:
             if record.lifecycle:
                 self.event = record.data
-        # Wake every follower: swap in a fresh Event first so late waiters wait for the next.
-        changed, self.changed = self.changed, anyio.Event()
-        changed.set()
+        self._wake()
+
+    def _wake(self) -> None:
+        if self._changed is not None:
+            self._changed.set()
+            self._changed = None
+
+    async def changed(self) -> None:
+        """Wait for the next `publish` or `finish` (check `records` first: no await between)."""
+        if self._changed is None:
+            self._changed = anyio.Event()
+        await self._changed.wait()
 
     def finish(self) -> None:
         self.finished = True
-        self.changed.set()
+        self._wake()
         self.done.set()
 
     def cancel(self, message: str) -> None:
@@ -189,18 +210,32 @@ class ResponseService:
 
     def _new_run(self, prepared: Prepared) -> Run:
         stored = prepared.request.store is not False
-        run = Run(id=prepared.response.id, background=prepared.response.background, keep=stored)
+        run = Run(
+            id=prepared.response.id,
+            background=prepared.response.background,
+            keep=stored,
+            flushed_at=anyio.current_time(),
+        )
         if stored:
             self.live[run.id] = run
         return run
 
     async def _record(self, run: Run, events: list[Event]) -> list[EventRecord]:
         records = _records(events)
+        if not records:
+            return records
         if run.keep:
-            # Shielded: a write that the store has made must reach followers too, or the log
-            # and what clients saw would part ways.
-            with anyio.CancelScope(shield=True):
-                await self.store.append(run.id, records, background=run.background)
+            run.pending.extend(records)
+            now = anyio.current_time()
+            if (
+                records[-1].terminal
+                or len(run.pending) >= FLUSH_EVENTS
+                or now - run.flushed_at >= FLUSH_SECONDS
+            ):
+                batch, run.pending, run.flushed_at = run.pending, [], now
+                # Shielded: a cancelled client or run must not leave the log half-written.
+                with anyio.CancelScope(shield=True):
+                    await self.store.append(run.id, batch, background=run.background)
         run.publish(records)
         return records
 
@@ -288,14 +323,13 @@ class ResponseService:
             return
         position = after + 1
         while True:
-            changed = run.changed
             if position < len(run.records):
                 records, position = run.records[position:], len(run.records)
                 yield _frames(records)
             elif run.finished:
                 return
             else:
-                await changed.wait()
+                await run.changed()
 
     async def cancel(self, response_id: str) -> dict[str, Any]:
         """Cancel a background response (idempotent); returns the final Response."""

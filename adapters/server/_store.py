@@ -3,21 +3,16 @@ source of truth. A response's current state (for `GET /v1/responses/{id}`) is th
 of its latest lifecycle event; its stream (for resumption) is the log read after a cursor.
 
 `EventStore` is the small interface a deployment may implement (Redis, Postgres, ...);
-`MemoryEventStore` keeps logs in a dict, `SQLiteEventStore` in a local SQLite file (the
-default, so a restarted server still serves finished responses and their streams). SQLite calls
-run in a worker thread (`anyio.to_thread`) so the event loop never blocks on disk.
+`MemoryEventStore` keeps logs in a dict; `SQLiteEventStore` (`_sqlite.py`) in a local SQLite
+file, the default, so a restarted server still serves finished responses and their streams.
 """
 
 from __future__ import annotations
 
 import json
-import sqlite3
-import threading
 from collections.abc import Sequence
-from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
 
-import anyio
 import attrs
 
 from streamfold.statemachine import TERMINAL_EVENT_TYPES, StreamfoldError
@@ -27,7 +22,6 @@ __all__ = [
     "EventRecord",
     "EventStore",
     "MemoryEventStore",
-    "SQLiteEventStore",
     "StoreError",
     "StoredResponse",
 ]
@@ -103,7 +97,7 @@ def _check_order(response_id: str, last: int, records: Sequence[EventRecord]) ->
         )
 
 
-def _advance(
+def advance(
     response_id: str, old: StoredResponse | None, records: Sequence[EventRecord], background: bool
 ) -> StoredResponse:
     """The snapshot after `records`; pure, shared by both stores."""
@@ -135,7 +129,7 @@ class MemoryEventStore:
     ) -> None:
         if not records:
             return
-        snapshot = _advance(response_id, self._snapshots.get(response_id), records, background)
+        snapshot = advance(response_id, self._snapshots.get(response_id), records, background)
         self._logs.setdefault(response_id, []).extend(records)
         self._snapshots[response_id] = snapshot
 
@@ -152,135 +146,3 @@ class MemoryEventStore:
 
     async def list(self) -> list[str]:
         return list(self._logs)
-
-
-_SCHEMA = """
-CREATE TABLE IF NOT EXISTS responses (
-    id TEXT PRIMARY KEY,
-    background INTEGER NOT NULL,
-    finished INTEGER NOT NULL,
-    last_sequence_number INTEGER NOT NULL,
-    event TEXT NOT NULL,
-    created INTEGER NOT NULL
-);
-CREATE TABLE IF NOT EXISTS events (
-    response_id TEXT NOT NULL,
-    sequence_number INTEGER NOT NULL,
-    type TEXT NOT NULL,
-    data TEXT NOT NULL,
-    PRIMARY KEY (response_id, sequence_number)
-) WITHOUT ROWID;
-"""
-
-
-class SQLiteEventStore:
-    """Logs in one SQLite file (WAL mode), shared by every request of the process."""
-
-    def __init__(self, path: str | Path) -> None:
-        self.path = Path(path)
-        if str(path) != ":memory:":
-            self.path.parent.mkdir(parents=True, exist_ok=True)
-        try:
-            self._db = sqlite3.connect(str(path), check_same_thread=False, isolation_level=None)
-            # WAL: readers never wait for the writer; NORMAL: a commit is durable once the
-            # WAL is checkpointed, which loses at most the last moments on power loss.
-            self._db.execute("PRAGMA journal_mode=WAL")
-            self._db.execute("PRAGMA synchronous=NORMAL")
-            self._db.executescript(_SCHEMA)
-        except sqlite3.Error as exc:
-            raise StoreError(
-                f"cannot open the response store {path}: {exc}; pass --store with a writable "
-                "file path"
-            ) from exc
-        # One connection, used from worker threads one call at a time.
-        self._lock = threading.Lock()
-
-    def close(self) -> None:
-        with self._lock:
-            self._db.close()
-
-    def _snapshot(self, response_id: str) -> StoredResponse | None:
-        row = self._db.execute(
-            "SELECT background, finished, last_sequence_number, event FROM responses WHERE id=?",
-            (response_id,),
-        ).fetchone()
-        if row is None:
-            return None
-        return StoredResponse(
-            id=response_id,
-            background=bool(row[0]),
-            finished=bool(row[1]),
-            last_sequence_number=row[2],
-            event=row[3],
-        )
-
-    def _append(self, response_id: str, records: Sequence[EventRecord], background: bool) -> None:
-        with self._lock:
-            old = self._snapshot(response_id)
-            new = _advance(response_id, old, records, background)
-            self._db.execute("BEGIN")
-            try:
-                self._db.executemany(
-                    "INSERT INTO events VALUES (?, ?, ?, ?)",
-                    [(response_id, r.sequence_number, r.type, r.data) for r in records],
-                )
-                self._db.execute(
-                    "INSERT INTO responses VALUES (?, ?, ?, ?, ?, "
-                    "(SELECT COALESCE(MAX(created), 0) + 1 FROM responses)) "
-                    "ON CONFLICT(id) DO UPDATE SET finished=excluded.finished, "
-                    "last_sequence_number=excluded.last_sequence_number, event=excluded.event",
-                    (
-                        response_id,
-                        new.background,
-                        new.finished,
-                        new.last_sequence_number,
-                        new.event,
-                    ),
-                )
-            except BaseException:
-                self._db.execute("ROLLBACK")
-                raise
-            self._db.execute("COMMIT")
-
-    def _read(self, response_id: str, after: int) -> list[EventRecord]:
-        with self._lock:
-            rows = self._db.execute(
-                "SELECT sequence_number, type, data FROM events "
-                "WHERE response_id=? AND sequence_number>? ORDER BY sequence_number",
-                (response_id, after),
-            ).fetchall()
-        return [EventRecord(sequence_number=s, type=t, data=d) for s, t, d in rows]
-
-    def _locked_snapshot(self, response_id: str) -> StoredResponse | None:
-        with self._lock:
-            return self._snapshot(response_id)
-
-    def _delete(self, response_id: str) -> None:
-        with self._lock:
-            self._db.execute("BEGIN")
-            self._db.execute("DELETE FROM events WHERE response_id=?", (response_id,))
-            self._db.execute("DELETE FROM responses WHERE id=?", (response_id,))
-            self._db.execute("COMMIT")
-
-    def _list(self) -> list[str]:
-        with self._lock:
-            rows = self._db.execute("SELECT id FROM responses ORDER BY created").fetchall()
-        return [row[0] for row in rows]
-
-    async def append(
-        self, response_id: str, records: Sequence[EventRecord], *, background: bool = False
-    ) -> None:
-        if records:
-            await anyio.to_thread.run_sync(self._append, response_id, records, background)
-
-    async def read(self, response_id: str, after: int = -1) -> list[EventRecord]:
-        return await anyio.to_thread.run_sync(self._read, response_id, after)
-
-    async def snapshot(self, response_id: str) -> StoredResponse | None:
-        return await anyio.to_thread.run_sync(self._locked_snapshot, response_id)
-
-    async def delete(self, response_id: str) -> None:
-        await anyio.to_thread.run_sync(self._delete, response_id)
-
-    async def list(self) -> list[str]:
-        return await anyio.to_thread.run_sync(self._list)
