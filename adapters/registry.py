@@ -23,7 +23,7 @@ from streamfold.engines import (
     TokenChunk,
     TokenSource,
     TraceDirectorySource,
-    UnknownTraceError,
+    TraceFormatError,
 )
 from streamfold.statemachine import StreamfoldError
 from streamfold.statemachine._reducer import Grammar
@@ -75,16 +75,20 @@ class ReplayEngine:
     def _source(self, model: str) -> tuple[ReplaySource, Grammar]:
         from streamfold.replay import grammar_for
 
-        try:
-            trace = self.directory.trace_for(model)
-        except UnknownTraceError as exc:
+        served = self.directory.models()
+        if model not in served:  # also keeps `x.golden` (expected events, not a trace) out
             raise UnknownModelError(
                 f"the model {model!r} does not exist: this replay server serves the traces in "
-                f"{self.directory.directory} ({', '.join(self.directory.models()) or 'none'})"
+                f"{self.directory.directory} ({', '.join(served) or 'none'})"
+            )
+        try:
+            trace = self.directory.trace_for(model)
+            grammar = grammar_for(trace.header, self.directory.directory)
+        except TraceFormatError as exc:
+            raise UnknownModelError(
+                f"the trace of model {model!r} cannot be replayed: {exc}"
             ) from exc
-        return ReplaySource(trace, delay=self.delay), grammar_for(
-            trace.header, self.directory.directory
-        )
+        return ReplaySource(trace, delay=self.delay), grammar
 
     def grammar(self, model: str) -> Grammar:
         return self._source(model)[1]

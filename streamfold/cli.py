@@ -64,6 +64,9 @@ def _parser() -> argparse.ArgumentParser:
     else:
         add_check_parser(subparsers)
     _add_replay(subparsers)
+    from streamfold.adapters.serve import add_serve_parser
+
+    add_serve_parser(subparsers)
     return parser
 
 

@@ -25,6 +25,7 @@ from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 import anyio
+import anyio.lowlevel
 import attrs
 from anyio.abc import TaskGroup, TaskStatus
 
@@ -247,6 +248,9 @@ class ResponseService:
             async with contextlib.aclosing(generation.batches()) as batches:
                 async for events in batches:
                     yield await self._record(run, events)
+                    # An engine that never awaits (replay without delay) would otherwise keep
+                    # the loop until its socket buffer fills, starving every other request.
+                    await anyio.lowlevel.checkpoint()
         except Exception as exc:  # a fault of the server itself: still end the log properly
             log.exception("response %s failed", run.id)
             closing = generation.close("error", f"the server failed: {type(exc).__name__}")

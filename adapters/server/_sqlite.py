@@ -56,14 +56,14 @@ class SQLiteEventStore:
         self.path = Path(path)
         if str(path) == ":memory:":
             raise StoreError("SQLiteEventStore needs a file; use MemoryEventStore for :memory:")
-        self.path.parent.mkdir(parents=True, exist_ok=True)
         try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
             self._db = self._connect()
             # The writer checkpoints on its own schedule, off the event loop (see above).
             self._db.execute("PRAGMA wal_autocheckpoint=0")
             self._db.executescript(_SCHEMA)
             self._reader = self._connect()
-        except sqlite3.Error as exc:
+        except (OSError, sqlite3.Error) as exc:
             raise StoreError(
                 f"cannot open the response store {path}: {exc}; pass --store with a writable "
                 "file path"
