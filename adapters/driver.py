@@ -22,7 +22,7 @@ exception type. A source that stops without a finish reason is treated the same 
 from __future__ import annotations
 
 import contextlib
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncGenerator, AsyncIterator, Iterator
 from typing import Any
 
 import anyio
@@ -102,7 +102,7 @@ class Generation:
         self.state, closing = finish(self.state, reason, message)
         return events + closing
 
-    async def batches(self) -> AsyncIterator[list[Event]]:
+    async def batches(self) -> AsyncGenerator[list[Event], None]:
         """The events, one list per source chunk (see the class docstring)."""
         yield self._start()
         reason: FinishReason = "error"
@@ -137,7 +137,7 @@ async def stream_events(
     response: Response,
     *,
     input_tokens: int | None = None,
-) -> AsyncIterator[Event]:
+) -> AsyncGenerator[Event, None]:
     """Drive `source` through the reducer and yield every event, ending with the terminal one.
 
     Close the iterator (or cancel its consumer) to abort the generation: use
@@ -158,7 +158,7 @@ async def stream_sse(
     response: Response,
     *,
     input_tokens: int | None = None,
-) -> AsyncIterator[bytes]:
+) -> AsyncGenerator[bytes, None]:
     """`stream_events`, framed as the `text/event-stream` body of a Responses API stream."""
     events = stream_events(source, request, grammar, response, input_tokens=input_tokens)
     async with contextlib.aclosing(events):

@@ -87,7 +87,13 @@ def run_serve(args: argparse.Namespace) -> int:
     except StreamfoldError as exc:
         print(f"streamfold serve: {exc}", file=sys.stderr)
         return 2
+    # Followers of a background response hold their connection until it ends, and it ends
+    # when the lifespan cancels it after the connections close: bound that wait.
     uvicorn.run(
-        create_app(engine, store=store), host=args.host, port=args.port, log_level=args.log_level
+        create_app(engine, store=store),
+        host=args.host,
+        port=args.port,
+        log_level=args.log_level,
+        timeout_graceful_shutdown=10,
     )
     return 0

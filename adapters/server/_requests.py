@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
-from typing import Any, Literal, get_args, get_origin
+from typing import Any, Literal, TypeAlias, get_args, get_origin
 
 import attrs
 import cattrs
@@ -133,8 +133,8 @@ class ReasoningInput:
         return "".join(part.text for part in (self.content or self.summary))
 
 
-InputItem = MessageInput | FunctionCallInput | FunctionCallOutputInput | ReasoningInput
-ToolChoice = Literal["auto", "none", "required"] | ToolChoiceFunction
+InputItem: TypeAlias = MessageInput | FunctionCallInput | FunctionCallOutputInput | ReasoningInput
+ToolChoice: TypeAlias = Literal["auto", "none", "required"] | ToolChoiceFunction
 
 
 @attrs.frozen(kw_only=True)
@@ -259,7 +259,7 @@ def _tool(value: Any, _: Any) -> FunctionTool:
         raise ValueError(
             f"unsupported tool type {value.get('type')!r}; this server runs function tools only"
         )
-    return _function_tool(value, FunctionTool)  # type: ignore[no-any-return]
+    return _function_tool(value, FunctionTool)
 
 
 def _tool_choice(value: Any, _: Any) -> Any:

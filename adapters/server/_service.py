@@ -21,7 +21,7 @@ import json
 import logging
 import time
 import uuid
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncGenerator, AsyncIterator, Callable
 from typing import Any
 
 import anyio
@@ -240,7 +240,7 @@ class ResponseService:
         run.publish(records)
         return records
 
-    async def _drive(self, prepared: Prepared, run: Run) -> AsyncIterator[list[EventRecord]]:
+    async def _drive(self, prepared: Prepared, run: Run) -> AsyncGenerator[list[EventRecord], None]:
         generation = Generation(
             self.engine.source, prepared.generation, prepared.grammar, prepared.response
         )
@@ -261,7 +261,7 @@ class ResponseService:
             run.finish()
             self.live.pop(run.id, None)
 
-    async def stream(self, prepared: Prepared) -> AsyncIterator[bytes]:
+    async def stream(self, prepared: Prepared) -> AsyncGenerator[bytes, None]:
         """A foreground stream: SSE bytes, pulled at the client's pace."""
         run = self._new_run(prepared)
         async with contextlib.aclosing(self._drive(prepared, run)) as batches:
@@ -313,7 +313,7 @@ class ResponseService:
             raise _not_found(response_id)
         return snapshot.response()
 
-    async def follow(self, response_id: str, after: int = -1) -> AsyncIterator[bytes]:
+    async def follow(self, response_id: str, after: int = -1) -> AsyncGenerator[bytes, None]:
         """The log after `after`, then live events until the terminal one (SSE bytes).
 
         Call `lookup` first: an unknown id here is an empty stream, not an error, because the

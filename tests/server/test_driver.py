@@ -231,3 +231,20 @@ async def test_stream_sse_frames_each_event() -> None:
         parsed.append(data)
     assert parsed[-1]["type"] == "response.completed"
     assert_conformant(parsed)
+
+
+async def test_bad_token_mid_chunk_fails_in_band_without_losing_the_tokens_before_it() -> None:
+    """Regression: events of the chunk's earlier tokens were dropped when a later token of the
+    same chunk made `step` raise, leaving a gap in the sequence numbers before the terminal."""
+    good = encode("<|channel|>final<|message|>Hello there")
+
+    class BadToken:
+        async def generate(self, req: GenerationRequest) -> AsyncIterator[TokenChunk]:
+            yield TokenChunk(token_ids=(*good, 10**9))
+
+    events = await collect(BadToken())
+    assert events[-1].type == "response.failed"
+    assert "ReducerUsageError" in events[-1].response.error.message
+    text = "".join(e.delta for e in events if e.type == "response.output_text.delta")
+    assert text == "Hello there"
+    assert_conformant(events)
