@@ -19,6 +19,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
 import anyio
+
 from streamfold.engines import TokenChunk
 
 __all__ = [

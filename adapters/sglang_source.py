@@ -39,6 +39,7 @@ from collections.abc import AsyncIterator, Mapping, Sequence
 from typing import Any, Protocol
 
 import attrs
+
 from streamfold.engines import GenerationRequest, TokenChunk
 
 from ._engine_stream import (

@@ -30,6 +30,7 @@ from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from typing import Any, Literal, Protocol
 
 import attrs
+
 from streamfold.engines import GenerationRequest, TokenChunk
 
 from ._engine_stream import (

@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import anyio
+
 from streamfold.adapters import SGLangTokenSource, VLLMApi, VLLMTokenSource
 from streamfold.engines import GenerationRequest, SamplingParams
 

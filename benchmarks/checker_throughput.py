@@ -19,7 +19,6 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # for tests.specs.
 
 from streamfold.specs import check, check_bytes
 from streamfold.statemachine._sse import parse_sse, sse_frame
-
 from tests.specs.wire_streams import good_stream, index_of, renumber
 
 

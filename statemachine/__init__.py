@@ -11,6 +11,7 @@ from ._model import *  # noqa: F403
 from ._model import __all__ as _model_all
 from ._reducer import FinishReason, ResponseState, finish, start, step
 from ._snapshot import snapshot
+from ._sse import SSEFramingError, SSEMessage, SSEParser, parse_sse, sse_frame
 from ._vocab import Vocabulary
 from ._wire import dumps, from_wire, loads, structure, to_wire
 
@@ -18,6 +19,9 @@ __all__ = [
     "FinishReason",
     "HarmonyGrammar",
     "ReducerUsageError",
+    "SSEFramingError",
+    "SSEMessage",
+    "SSEParser",
     "ResponseState",
     "finish",
     "snapshot",
@@ -30,6 +34,8 @@ __all__ = [
     "dumps",
     "from_wire",
     "loads",
+    "parse_sse",
+    "sse_frame",
     "structure",
     "to_wire",
     *_events_all,

@@ -31,7 +31,7 @@ def _add_replay(subparsers: argparse._SubParsersAction[argparse.ArgumentParser])
 def _run_replay(args: argparse.Namespace) -> int:
     from streamfold.engines import TraceFormatError, read_trace
     from streamfold.replay import iter_replay
-    from streamfold.statemachine import StreamfoldError, dumps
+    from streamfold.statemachine import StreamfoldError, dumps, sse_frame
 
     try:
         trace = read_trace(args.trace)
@@ -39,7 +39,7 @@ def _run_replay(args: argparse.Namespace) -> int:
         for event in iter_replay(trace, base_dir=Path(args.trace).parent):
             text = dumps(event)
             if args.format == "sse":
-                out.write(f"event: {event.type}\ndata: {text}\n\n")
+                out.write(sse_frame(event.type, text).decode())
             else:
                 out.write(text + "\n")
     except TraceFormatError as exc:

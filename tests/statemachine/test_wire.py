@@ -10,6 +10,7 @@ import attrs
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+
 from streamfold.statemachine import (
     EVENT_TYPES,
     FunctionTool,
@@ -22,7 +23,6 @@ from streamfold.statemachine import (
     loads,
     to_wire,
 )
-
 from tests.sdk_oracle import validate_with_sdk
 
 _text = st.text(max_size=8)
