@@ -98,9 +98,7 @@ class SGLangEngine:
             }
             if self.logprobs:
                 meta["output_token_logprobs"] = [(-0.1, i % 1000, None)]
-                meta["output_top_logprobs"] = [
-                    [(-1.0 - j, 900_000 + j, None) for j in range(TOP)]
-                ]
+                meta["output_top_logprobs"] = [[(-1.0 - j, 900_000 + j, None) for j in range(TOP)]]
             self.outs.append({"text": "x", "output_ids": [i % 1000], "meta_info": meta})
 
     async def async_generate(self, **kwargs: Any) -> Any:

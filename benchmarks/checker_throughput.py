@@ -26,7 +26,7 @@ def long_stream(n: int) -> list[dict[str, Any]]:
     events = good_stream()
     first = index_of(events, "response.output_text.delta")
     deltas = [dict(events[first], delta="ab") for _ in range(n)]
-    events = events[:first] + deltas + events[index_of(events, "response.output_text.done"):]
+    events = events[:first] + deltas + events[index_of(events, "response.output_text.done") :]
     text = "ab" * n
     for ev in events:
         if ev["type"] == "response.output_text.done":

@@ -13,7 +13,7 @@ from ._reducer import FinishReason, ResponseState, finish, start, step
 from ._snapshot import snapshot
 from ._sse import SSEFramingError, SSEMessage, SSEParser, parse_sse, sse_frame
 from ._vocab import Vocabulary
-from ._wire import dumps, from_wire, loads, structure, to_wire
+from ._wire import dumps, from_wire, loads, sse_event, structure, to_wire
 
 __all__ = [
     "FinishReason",
@@ -25,6 +25,7 @@ __all__ = [
     "ResponseState",
     "finish",
     "snapshot",
+    "sse_event",
     "start",
     "step",
     "StreamfoldError",
