@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import anyio
+
 from streamfold.adapters import SGLangTokenSource, VLLMApi, VLLMTokenSource
 from streamfold.engines import GenerationRequest, SamplingParams
 
@@ -97,9 +98,7 @@ class SGLangEngine:
             }
             if self.logprobs:
                 meta["output_token_logprobs"] = [(-0.1, i % 1000, None)]
-                meta["output_top_logprobs"] = [
-                    [(-1.0 - j, 900_000 + j, None) for j in range(TOP)]
-                ]
+                meta["output_top_logprobs"] = [[(-1.0 - j, 900_000 + j, None) for j in range(TOP)]]
             self.outs.append({"text": "x", "output_ids": [i % 1000], "meta_info": meta})
 
     async def async_generate(self, **kwargs: Any) -> Any:

@@ -19,7 +19,6 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # for tests.specs.
 
 from streamfold.specs import check, check_bytes
 from streamfold.statemachine._sse import parse_sse, sse_frame
-
 from tests.specs.wire_streams import good_stream, index_of, renumber
 
 
@@ -27,7 +26,7 @@ def long_stream(n: int) -> list[dict[str, Any]]:
     events = good_stream()
     first = index_of(events, "response.output_text.delta")
     deltas = [dict(events[first], delta="ab") for _ in range(n)]
-    events = events[:first] + deltas + events[index_of(events, "response.output_text.done"):]
+    events = events[:first] + deltas + events[index_of(events, "response.output_text.done") :]
     text = "ab" * n
     for ev in events:
         if ev["type"] == "response.output_text.done":

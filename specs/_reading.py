@@ -13,6 +13,7 @@ import re
 from typing import Any
 
 import attrs
+
 from streamfold.statemachine import StreamfoldError
 from streamfold.statemachine._sse import SSEParser
 

@@ -28,8 +28,23 @@ __all__ = [
 Kind = Literal["reasoning", "final", "preamble", "function", "browser", "python", "mcp"]
 
 _ALPHABET = st.sampled_from(
-    list("abcdefghij KLMNOP.,;:!?'\"\n{}[]()0123456789")
-    + ["é", "ü", "ß", "ñ", "你", "好", "世", "界", "🎉", "👍", "\U0001f3fd", "∑", "\u200b", "ℝ"]
+    [
+        *"abcdefghij KLMNOP.,;:!?'\"\n{}[]()0123456789",
+        "é",
+        "ü",
+        "ß",
+        "ñ",
+        "你",
+        "好",
+        "世",
+        "界",
+        "🎉",
+        "👍",
+        "\U0001f3fd",
+        "∑",
+        "\u200b",
+        "ℝ",
+    ]
 )
 
 
@@ -100,7 +115,7 @@ def _message(kind: Kind) -> st.SearchStrategy[HarmonyMessage]:
             HarmonyMessage,
             kind=st.just(kind),
             name=st.sampled_from(["search", "open", "find"]),
-            text=message_text(20).map(lambda q: '{"query": %s}' % _json(q)),
+            text=message_text(20).map(lambda q: f'{{"query": {_json(q)}}}'),
         )
     return st.builds(HarmonyMessage, kind=st.just(kind), text=message_text())
 

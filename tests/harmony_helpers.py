@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from openai.lib.streaming.responses._responses import ResponseStreamState
 from openai import omit
+from openai.lib.streaming.responses._responses import ResponseStreamState
 from openai.types.responses import Response as SdkResponse
 
 from streamfold.specs import check, format_report

@@ -37,6 +37,7 @@ from typing import Any
 
 import anyio
 import anyio.lowlevel
+
 from streamfold.adapters import VLLMApi
 
 

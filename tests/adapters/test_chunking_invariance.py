@@ -8,6 +8,7 @@ from contextlib import aclosing
 import anyio
 from hypothesis import given, settings
 from hypothesis import strategies as st
+
 from streamfold.adapters import SGLangTokenSource, VLLMTokenSource, sglang_rid
 from streamfold.engines import GenerationRequest, SamplingParams, TokenChunk
 

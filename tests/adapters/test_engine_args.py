@@ -6,6 +6,7 @@ import argparse
 import importlib.util
 
 import pytest
+
 from streamfold.adapters import EngineNotInstalledError
 from streamfold.adapters.engine_args import (
     EngineArgumentError,

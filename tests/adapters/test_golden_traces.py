@@ -11,12 +11,12 @@ from typing import Any
 
 import attrs
 import pytest
+
 import streamfold.specs
 from streamfold.adapters import SGLangTokenSource, VLLMTokenSource, sglang_rid
 from streamfold.engines import GenerationRequest, Trace, read_trace
-from streamfold.statemachine import finish, start, step
-
 from streamfold.replay import grammar_for, replay_events, response_for
+from streamfold.statemachine import finish, start, step
 
 from . import fakes_sglang, fakes_vllm
 

@@ -17,6 +17,7 @@ from functools import cache
 from typing import Any
 
 import pytest
+
 from streamfold.adapters import SGLangTokenSource, VLLMTokenSource, sglang_rid
 from streamfold.engines import GenerationRequest, SamplingParams, TokenChunk
 from streamfold.statemachine import HarmonyGrammar, Response, finish, start, step

@@ -7,6 +7,7 @@ from typing import Any
 
 import anyio
 import pytest
+
 from streamfold.adapters import (
     EngineNotInstalledError,
     SGLangTokenSource,

@@ -6,6 +6,7 @@ from contextlib import aclosing
 
 import anyio
 import pytest
+
 from streamfold.adapters import EngineNotInstalledError, VLLMTokenSource, build_vllm_engine
 from streamfold.engines import GenerationRequest, SamplingParams, TokenChunk
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+
 import streamfold.specs
 from streamfold.specs import check_bytes, format_report
 

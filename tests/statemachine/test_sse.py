@@ -8,6 +8,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from openai._streaming import SSEDecoder
+
 from streamfold.statemachine._sse import (
     SSEFramingError,
     SSEMessage,
