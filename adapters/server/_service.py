@@ -4,7 +4,8 @@ Every response, however it is served, goes through `_drive`: the driver's event 
 serialised once, published to the in-memory `Run` that live followers read, and appended to the
 event log (when the response is stored) in batches, the last one with the terminal event before
 the run is finished. So a live response is followed from memory, a finished one from the log,
-and a client resuming with `starting_after` gets exactly the events it missed, either way.
+and a client resuming with `starting_after` gets exactly the events it missed, either way. (If
+the store fails, the run stays in memory and is served from there until the process ends.)
 
 - Foreground (`background` false): the HTTP response pulls from `_drive` directly, so the
   client's pace sets the engine's (backpressure), and a client that leaves closes the driver,
@@ -87,6 +88,7 @@ class Run:
     finished: bool = False
     scope: anyio.CancelScope | None = None
     stop_message: str = CLIENT_LEFT
+    unsaved: bool = False  # the store failed: this run is served from memory only
     _changed: anyio.Event | None = None  # made only when someone waits: most runs have no follower
 
     def publish(self, records: list[EventRecord]) -> None:
@@ -227,7 +229,8 @@ class ResponseService:
         records = _records(events)
         if not records:
             return records
-        if run.keep:
+        run.publish(records)
+        if run.keep and not run.unsaved:
             run.pending.extend(records)
             now = anyio.current_time()
             if (
@@ -236,10 +239,15 @@ class ResponseService:
                 or now - run.flushed_at >= FLUSH_SECONDS
             ):
                 batch, run.pending, run.flushed_at = run.pending, [], now
-                # Shielded: a cancelled client or run must not leave the log half-written.
-                with anyio.CancelScope(shield=True):
-                    await self.store.append(run.id, batch, background=run.background)
-        run.publish(records)
+                try:
+                    # Shielded: a cancelled client or run must not leave a write half-done.
+                    with anyio.CancelScope(shield=True):
+                        await self.store.append(run.id, batch, background=run.background)
+                except Exception:
+                    # The store failed (disk full, ...): the response goes on for its clients
+                    # and stays served from memory, rather than failing because of the log.
+                    log.exception("response %s: the event store failed; kept in memory", run.id)
+                    run.unsaved = True
         return records
 
     async def _drive(self, prepared: Prepared, run: Run) -> AsyncGenerator[list[EventRecord], None]:
@@ -261,7 +269,8 @@ class ResponseService:
             if not generation.finished:  # the consumer left, or the run was cancelled
                 await self._record(run, generation.close("abort", run.stop_message))
             run.finish()
-            self.live.pop(run.id, None)
+            if not run.unsaved:  # else the memory copy is the only one left
+                self.live.pop(run.id, None)
 
     async def stream(self, prepared: Prepared) -> AsyncGenerator[bytes, None]:
         """A foreground stream: SSE bytes, pulled at the client's pace."""
@@ -279,7 +288,7 @@ class ResponseService:
         return _response_of(run.event)
 
     async def start_background(self, prepared: Prepared) -> Run:
-        """Start a background response; returns once its first events are in the log."""
+        """Start a background response; returns once its first events are published."""
         if self._task_group is None:
             raise ServiceNotRunningError(
                 "background responses need the app's lifespan to have started; when you mount "
@@ -294,12 +303,17 @@ class ResponseService:
         self, prepared: Prepared, run: Run, *, task_status: TaskStatus[None]
     ) -> None:
         started = False
-        with anyio.CancelScope() as run.scope:
-            async with contextlib.aclosing(self._drive(prepared, run)) as batches:
-                async for _ in batches:
-                    if not started:
-                        started = True
-                        task_status.started()
+        try:
+            with anyio.CancelScope() as run.scope:
+                async with contextlib.aclosing(self._drive(prepared, run)) as batches:
+                    async for _ in batches:
+                        if not started:
+                            started = True
+                            task_status.started()
+        except Exception:
+            # E.g. the store failing: logged, and kept from the task group, whose failure would
+            # take every other response (and the server's lifespan) down with it.
+            log.exception("background response %s stopped", run.id)
         if not started:
             task_status.started()
 

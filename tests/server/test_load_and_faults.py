@@ -14,7 +14,7 @@ from openai import OpenAI
 from starlette.applications import Starlette
 from starlette.routing import Mount
 
-from streamfold.adapters.server import SQLiteEventStore, create_app
+from streamfold.adapters.server import MemoryEventStore, SQLiteEventStore, StoreError, create_app
 from streamfold.specs import check
 from streamfold.statemachine._sse import SSEParser
 
@@ -157,3 +157,32 @@ def test_mounted_without_lifespan_refuses_background_with_a_clear_error(trace_di
         assert "lifespan" in reply.json()["error"]["message"]
         reply = httpx.post(f"{url}/llm/v1/responses", json={"model": "greeting", "input": "hi"})
         assert reply.json()["status"] == "completed"
+
+
+class FailingStore(MemoryEventStore):
+    """A store whose disk fills up after the first write."""
+
+    async def append(self, response_id, records, *, background=False):  # type: ignore[no-untyped-def]
+        if await self.snapshot(response_id) is not None:
+            raise StoreError("disk full")
+        await super().append(response_id, records, background=background)
+
+
+def test_a_failing_store_does_not_take_the_server_down(trace_dir: Path) -> None:
+    with serve(create_app(make_engine(trace_dir).engine(), store=FailingStore())) as url:
+        client = OpenAI(base_url=f"{url}/v1", api_key="x", max_retries=0)
+        created = client.responses.create(model="long", input="x", background=True)
+        wait_for(lambda: client.responses.retrieve(created.id).status != "in_progress")
+        # The response went on and is served from memory, log and all.
+        assert client.responses.retrieve(created.id).status == "completed"
+        log = [
+            json.loads(e.model_dump_json(exclude_unset=True))
+            for e in client.responses.retrieve(created.id, stream=True)
+        ]
+        assert not check(log) and log[-1]["type"] == "response.completed"
+        # The server still answers, background and foreground alike.
+        assert (
+            client.responses.create(model="greeting", input="hi", store=False).status == "completed"
+        )
+        again = client.responses.create(model="greeting", input="hi", background=True)
+        assert again.status == "in_progress"
