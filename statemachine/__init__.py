@@ -10,6 +10,7 @@ from ._harmony import HarmonyGrammar
 from ._model import *  # noqa: F403
 from ._model import __all__ as _model_all
 from ._reducer import FinishReason, ResponseState, finish, start, step
+from ._thinktags import ThinkTagGrammar
 from ._vocab import Vocabulary
 from ._wire import dumps, from_wire, loads, structure, to_wire
 
@@ -22,6 +23,7 @@ __all__ = [
     "start",
     "step",
     "StreamfoldError",
+    "ThinkTagGrammar",
     "Vocabulary",
     "VocabularyError",
     "WireFormatError",
