@@ -10,13 +10,14 @@ decided on the same text that is emitted (peers' bugs 21-23: a token holding the
 reasoning, some content and the start of a tool call is cut in three, nothing is dropped or
 overwritten). Per token that is O(token length + longest tag): nothing is re-scanned.
 
-| mode      | tags it knows     | text                                    | on its tag                         |
-|-----------|-------------------|-----------------------------------------|------------------------------------|
-| text      | `<think>`         | message delta                           | close message → reasoning          |
-|           | `<tool_call>`     |                                         | → tool (the message stays open)    |
-| reasoning | `</think>`        | reasoning delta                         | close reasoning → text             |
-|           | `<think>`         |                                         | dropped before any reasoning text (the template already opened it, bug 22), else literal |
-| tool      | `</tool_call>`    | call body (see `_hermes.py`)            | end the call → text                |
+| mode      | tag            | text            | on the tag                                      |
+|-----------|----------------|-----------------|-------------------------------------------------|
+| text      | `<think>`      | message delta   | close the message → reasoning                   |
+|           | `<tool_call>`  |                 | → tool (the message stays open, see below)      |
+| reasoning | `</think>`     | reasoning delta | close the reasoning → text                      |
+|           | `<think>`      |                 | before any reasoning text: dropped (the prompt  |
+|           |                |                 | opened it, bug 22); later: literal reasoning    |
+| tool      | `</tool_call>` | call body       | end the call (see `_hermes.py`) → text          |
 
 Every other tag-like text is literal text of the mode it is in (a stray `</think>` in the
 answer, `<tool_call>` inside reasoning). Special tokens whose text is not a tag (`<|im_end|>`,
@@ -69,7 +70,7 @@ class ToolCallParse:
     body: Rope = None  # the whole body so far, for the buffered path
     head: str = ""  # its first HEAD_LIMIT characters, where the name must be
     streamable: bool = True  # false once the head is full and did not match
-    scan: ArgumentsScan = ArgumentsScan()
+    scan: ArgumentsScan = attrs.field(factory=ArgumentsScan)
 
 
 @attrs.frozen(kw_only=True)
@@ -121,7 +122,7 @@ class ThinkTagGrammar:
         set_ = object.__setattr__
         set_(self, "_tags", tags)
         set_(self, "_prefixes", {mode: _proper_prefixes(group) for mode, group in tags.items()})
-        set_(self, "_starts", {mode: frozenset(t[0] for t in group) for mode, group in tags.items()})
+        set_(self, "_starts", {mode: frozenset(t[0] for t in tags[mode]) for mode in tags})
         set_(self, "_longest", {mode: max(map(len, group)) - 1 for mode, group in tags.items()})
         set_(
             self,
