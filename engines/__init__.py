@@ -8,11 +8,22 @@ from ._source import (
     TokenChunk,
     TokenSource,
 )
+from ._trace import Trace, TraceFormatError, dump_trace, parse_trace, read_trace, write_trace
+from .replay import ReplaySource, TraceDirectorySource, UnknownTraceError
 
 __all__ = [
     "FinishReason",
     "GenerationRequest",
+    "ReplaySource",
     "SamplingParams",
     "TokenChunk",
     "TokenSource",
+    "Trace",
+    "TraceDirectorySource",
+    "TraceFormatError",
+    "UnknownTraceError",
+    "dump_trace",
+    "parse_trace",
+    "read_trace",
+    "write_trace",
 ]

@@ -57,6 +57,7 @@ class GenerationRequest:
 
     request_id: str
     prompt_token_ids: tuple[int, ...]
+    model: str = ""
     max_output_tokens: int | None = None
     sampling: SamplingParams = SamplingParams()
     stop_token_ids: tuple[int, ...] = ()

@@ -10,6 +10,7 @@ from ._harmony import HarmonyGrammar
 from ._model import *  # noqa: F403
 from ._model import __all__ as _model_all
 from ._reducer import FinishReason, ResponseState, finish, start, step
+from ._snapshot import snapshot
 from ._thinktags import ThinkTagGrammar
 from ._vocab import Vocabulary
 from ._wire import dumps, from_wire, loads, structure, to_wire
@@ -20,6 +21,7 @@ __all__ = [
     "ReducerUsageError",
     "ResponseState",
     "finish",
+    "snapshot",
     "start",
     "step",
     "StreamfoldError",

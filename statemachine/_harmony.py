@@ -125,9 +125,9 @@ class HarmonyGrammar:
         parse: HarmonyParse = state.parse
         if token == self.message_id:
             header = self._parse(parse)
+            if not header.is_header:
+                return self._header_was_text(state, out)
             state = self._open(state, out, header)
-            if not header.is_header and header.rest:
-                state = attrs.evolve(state, open=append_text(out, state.open, header.rest))  # type: ignore[arg-type]
             return attrs.evolve(state, parse=HarmonyParse(phase="content"))
         if token in self.stops:
             state = self._flush_header(state, out, complete=True)
@@ -189,13 +189,25 @@ class HarmonyGrammar:
         if parse.header is None:
             return state
         header = self._parse(parse)
+        if not header.is_header:
+            if not self._text_of(parse.header).strip():
+                return state  # only markers, no text: nothing was said
+            return close_open(self._header_was_text(state, out), out, complete=complete)
         if not header.rest and header.recipient is None:
-            return state  # only markers, no text: nothing was said
+            return state
         state = self._open(state, out, header)
         state = attrs.evolve(state, open=append_text(out, state.open, header.rest))  # type: ignore[arg-type]
         return close_open(state, out, complete=complete)
 
+    def _text_of(self, header: Rope) -> str:
+        return b"".join(
+            self.vocabulary.token_bytes[t]
+            for t in rope_items(header)
+            if t not in self.vocabulary.special_ids
+        ).decode("utf-8", "replace")
+
     def _header_was_text(self, state: ResponseState, out: Out) -> ResponseState:
+        """What looked like a header was text: show it as a message, control tokens dropped."""
         parse: HarmonyParse = state.parse
         state = self._open(state, out, Header())
         item = state.open
