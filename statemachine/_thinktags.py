@@ -146,6 +146,24 @@ class ThinkTagGrammar:
                 state = attrs.evolve(state, reasoning_tokens=state.reasoning_tokens + 1)
             return state
         text, pending = decode_utf8(parse.pending, self.vocabulary.token_bytes[token])
+        item = state.open
+        if (
+            not parse.held
+            and parse.mode != "tool"
+            and item is not None
+            and item.kind == ("reasoning" if was_reasoning else "message")
+            and not any(start in text for start in self._starts[parse.mode])
+        ):
+            # The common token: more text of the open run, nothing tag-like in it. One new
+            # state instead of several keeps the per-token cost down (see the benchmark).
+            if pending != parse.pending:
+                parse = ThinkTagParse(mode=parse.mode, pending=pending)
+            return attrs.evolve(
+                state,
+                open=append_text(out, item, text),
+                parse=parse,
+                reasoning_tokens=state.reasoning_tokens + was_reasoning,
+            )
         state = attrs.evolve(state, parse=attrs.evolve(parse, held="", pending=pending))
         state = self._consume(state, out, parse.held + text)
         if was_reasoning or state.parse.mode == "reasoning":
