@@ -144,8 +144,8 @@ def _tool_call(draw: st.DrawFn) -> tuple[str, ExpectedItem]:
 
 
 def _visible(kind: Literal["message", "reasoning"], text: str) -> tuple[ExpectedItem, ...]:
-    """A run opens an item at its first non-whitespace character (see `_thinktags.py`)."""
-    text = text.lstrip()
+    """An item's text is its run without whitespace at either end (see `_thinktags.py`)."""
+    text = text.strip()
     return (ExpectedItem(kind, text),) if text else ()
 
 

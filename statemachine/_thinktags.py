@@ -23,9 +23,11 @@ Every other tag-like text is literal text of the mode it is in (a stray `</think
 answer, `<tool_call>` inside reasoning). Special tokens whose text is not a tag (`<|im_end|>`,
 `<|endoftext|>`) are control tokens and show no text.
 
-Items. An item opens at the first non-whitespace character of its run, so the blank lines
-around tags (`</think>\\n\\n`, `<think>\\n\\n</think>` when thinking is off) open no item and no
-text starts with them; whitespace *inside* a run, trailing included, is kept. A tool call
+Items. An item's text is its run's text without the whitespace at either end: the item opens
+at the first non-whitespace character, and whitespace at the end of what has arrived is held
+until more visible text follows (it is then sent with it) or the run ends (it is dropped). So
+the blank lines around tags (`\\n</think>\\n\\n`, `<think>\\n\\n</think>` when thinking is off)
+open no item and no text starts or ends with them; whitespace inside a run is kept. A tool call
 opens its `function_call` item once its name and the start of its arguments object are read,
 then streams the arguments text as the model writes it; from then on the call is committed
 (its arguments are what the model wrote, valid JSON or not, as with harmony). A body that
@@ -60,6 +62,9 @@ __all__ = ["ThinkTagGrammar", "ThinkTagParse", "ToolCallParse"]
 
 Mode = Literal["text", "reasoning", "tool"]
 
+#: Whitespace at the end of a run is held back up to this many characters at a time.
+BLANK_LIMIT = 256
+
 
 @attrs.frozen(kw_only=True)
 class ToolCallParse:
@@ -78,6 +83,7 @@ class ThinkTagParse:
     mode: Mode = "text"
     held: str = ""  # decoded text that may be the start of a tag
     pending: bytes = b""  # the first bytes of a character not yet complete
+    blank: str = ""  # whitespace at the end of the open run, sent only if text follows
     call: ToolCallParse | None = None
 
 
@@ -156,11 +162,12 @@ class ThinkTagGrammar:
         ):
             # The common token: more text of the open run, nothing tag-like in it. One new
             # state instead of several keeps the per-token cost down (see the benchmark).
-            if pending != parse.pending:
-                parse = ThinkTagParse(mode=parse.mode, pending=pending)
+            delta, blank = _split_blank(parse.blank, text)
+            if pending != parse.pending or blank != parse.blank:
+                parse = ThinkTagParse(mode=parse.mode, pending=pending, blank=blank)
             return attrs.evolve(
                 state,
-                open=append_text(out, item, text),
+                open=append_text(out, item, delta),
                 parse=parse,
                 reasoning_tokens=state.reasoning_tokens + was_reasoning,
             )
@@ -205,7 +212,7 @@ class ThinkTagGrammar:
     def _on_tag(self, state: ResponseState, out: Out, tag: str) -> ResponseState:
         parse: ThinkTagParse = state.parse
         if parse.mode == "text" and tag == self.think_open:
-            state = close_open(state, out, complete=True)
+            state = _close(state, out)
             return attrs.evolve(state, parse=attrs.evolve(parse, mode="reasoning"))
         if parse.mode == "text":
             return attrs.evolve(state, parse=attrs.evolve(parse, mode="tool", call=ToolCallParse()))
@@ -213,7 +220,7 @@ class ThinkTagGrammar:
             # `<think>` again at the start of reasoning repeats the prompt's marker (bug 22).
             return state if state.open is None else _run_text(state, out, "reasoning", tag)
         if parse.mode == "reasoning":
-            state = close_open(state, out, complete=True)
+            state = _close(state, out)
             return attrs.evolve(state, parse=attrs.evolve(parse, mode="text"))
         state = self._end_call(state, out, closed=True)
         return attrs.evolve(state, parse=attrs.evolve(state.parse, mode="text", call=None))
@@ -241,7 +248,7 @@ class ThinkTagGrammar:
             if found is not None:
                 name, start = found
                 body = rope_text(call.body)  # at most HEAD_LIMIT + one token, once per call
-                state = close_open(state, out, complete=True)
+                state = _close(state, out)
                 item = open_item(
                     out,
                     kind="function_call",
@@ -259,7 +266,7 @@ class ThinkTagGrammar:
         """`</tool_call>` (closed) or a `stop` inside the body: emit what the body was."""
         call: ToolCallParse = state.parse.call  # type: ignore[assignment]
         if call.phase == "arguments":
-            return close_open(state, out, complete=True)
+            return _close(state, out)
         if call.phase == "trailer":
             return state
         body = rope_text(call.body)
@@ -268,7 +275,7 @@ class ThinkTagGrammar:
             literal = self.tool_open + body + (self.tool_close if closed else "")
             return _run_text(state, out, "message", literal)
         name, arguments = parsed
-        state = close_open(state, out, complete=True)
+        state = _close(state, out)
         item = open_item(
             out,
             kind="function_call",
@@ -277,7 +284,7 @@ class ThinkTagGrammar:
             name=name,
         )
         state = attrs.evolve(state, open=append_text(out, item, arguments))
-        return close_open(state, out, complete=True)
+        return _close(state, out)
 
     # -- finish -------------------------------------------------------------------------------
 
@@ -295,18 +302,47 @@ class ThinkTagGrammar:
         return attrs.evolve(state, parse=ThinkTagParse(mode=state.parse.mode))
 
 
+def _close(state: ResponseState, out: Out) -> ResponseState:
+    """Close the open item; whitespace held at its end was never part of it."""
+    state = close_open(state, out, complete=True)
+    if state.parse.blank:
+        state = attrs.evolve(state, parse=attrs.evolve(state.parse, blank=""))
+    return state
+
+
+def _split_blank(blank: str, text: str) -> tuple[str, str]:
+    """`(delta, blank)`: the visible part of `text` goes out with the whitespace before it;
+    whitespace at its end waits, released in whole BLANK_LIMIT blocks so that a long blank run
+    costs O(1) per token and what goes out depends on the text alone, not its chunking."""
+    body = text.rstrip()
+    if body:
+        delta, blank = blank + body, text[len(body) :]
+    else:
+        delta, blank = "", blank + text
+    if len(blank) >= BLANK_LIMIT:
+        cut = len(blank) - len(blank) % BLANK_LIMIT
+        delta, blank = delta + blank[:cut], blank[cut:]
+    return delta, blank
+
+
 def _run_text(state: ResponseState, out: Out, kind: ItemKind, text: str) -> ResponseState:
-    """Text of a message or reasoning run; the item opens at its first visible character."""
+    """Text of a message or reasoning run: the item opens at its first visible character and
+    holds back whitespace at its end (see the module doc)."""
     item = state.open
+    blank = state.parse.blank
     if item is None or item.kind != kind:
         text = text.lstrip()
         if not text:
             return state
-        state = close_open(state, out, complete=True)
+        state = _close(state, out)
         item = open_item(
             out, kind=kind, output_index=state.next_output_index, response_id=state.response.id
         )
-    return attrs.evolve(state, open=append_text(out, item, text))
+        blank = ""
+    delta, blank = _split_blank(blank, text)
+    if blank != state.parse.blank:
+        state = attrs.evolve(state, parse=attrs.evolve(state.parse, blank=blank))
+    return attrs.evolve(state, open=append_text(out, item, delta))
 
 
 def _stream_arguments(
@@ -316,7 +352,7 @@ def _stream_arguments(
     state = attrs.evolve(state, open=append_text(out, state.open, text[:used]))  # type: ignore[arg-type]
     if used < len(text) or (scan.depth == 0 and used):
         # The value closed: the call is complete whatever follows before `</tool_call>`.
-        state = close_open(state, out, complete=True)
+        state = _close(state, out)
         call = ToolCallParse(phase="trailer")
     else:
         call = attrs.evolve(call, scan=scan)

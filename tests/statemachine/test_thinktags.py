@@ -228,8 +228,34 @@ def test_characters_split_over_tokens_and_invalid_bytes() -> None:
 
 def test_held_tag_start_is_released_on_stop_and_dropped_when_cut() -> None:
     assert summary(run(GRAMMAR, text_toks("a <th"))[1]) == [ExpectedItem(M, "a <th")]
-    assert summary(run(GRAMMAR, text_toks("a <th"), "length")[1]) == [ExpectedItem(M, "a ")]
-    assert summary(run(GRAMMAR, text_toks("a <th"), "abort")[1]) == [ExpectedItem(M, "a ")]
+    assert summary(run(GRAMMAR, text_toks("a <th"), "length")[1]) == [ExpectedItem(M, "a")]
+    assert summary(run(GRAMMAR, text_toks("a <th"), "abort")[1]) == [ExpectedItem(M, "a")]
+
+
+def test_item_text_is_its_run_without_whitespace_at_either_end() -> None:
+    text = "\n\nHello\n  world \n\n<think>\n x \n</think>\n\n Bye\t"
+    _, events = run(GRAMMAR, text_toks(text))
+    assert_sound(events)
+    assert summary(events) == [
+        ExpectedItem(M, "Hello\n  world"),
+        ExpectedItem(R, "x"),
+        ExpectedItem(M, "Bye"),
+    ]
+
+
+def test_long_blank_run_is_released_in_blocks_whatever_the_chunking() -> None:
+    from streamfold.statemachine import Vocabulary
+    from streamfold.statemachine._thinktags import BLANK_LIMIT
+
+    vocab = Vocabulary(name="blanks", token_bytes=(b"a", b" ", b" " * 100, b" " * 300, b"<think>b"))
+    grammar = ThinkTagGrammar(vocab)
+    blank = 2 * BLANK_LIMIT + 19  # 531 = 300 + 100 + 100 + 31
+    ones = [0, *[1] * blank, 4]
+    mixed = [0, 3, 2, 1, 2, *[1] * 30, 4]
+    assert vocab.decode(ones) == vocab.decode(mixed)
+    expected = [ExpectedItem(M, "a" + " " * 2 * BLANK_LIMIT), ExpectedItem(R, "b")]
+    assert summary(run(grammar, ones)[1]) == expected
+    assert summary(run(grammar, mixed)[1]) == expected
 
 
 def test_whitespace_only_runs_open_no_item() -> None:
@@ -351,4 +377,4 @@ def test_any_text_gives_a_sound_stream(text: str, data: st.DataObject) -> None:
     _, events = run(GRAMMAR, data.draw(tokenizations(text, INDEX)))
     assert_sound(events)
     if not any(tag in text for tag in TAGS) and text.strip():
-        assert summary(events) == [ExpectedItem(M, text.lstrip())]
+        assert summary(events) == [ExpectedItem(M, text.strip())]
