@@ -112,12 +112,20 @@ def load_tokenizer_json(path: str | os.PathLike[str], name: str | None = None) -
             f"{path}: pre-tokenizer/decoder types {sorted(types)} name no known byte alphabet; "
             f"{_SUPPORTED}"
         )
-    table: dict[int, bytes] = {i: to_bytes(piece) for i, piece in _pieces(spec["model"], path).items()}
     special: dict[str, int] = {}
     for entry in spec.get("added_tokens") or ():
-        token, content = int(entry["id"]), str(entry["content"])
-        table[token] = content.encode("utf-8")
-        special[content] = token
+        try:
+            special[str(entry["content"])] = int(entry["id"])
+        except (KeyError, TypeError, ValueError):
+            raise VocabularyError(
+                f"{path}: added token {entry!r} needs an integer 'id' and a 'content'"
+            ) from None
+    added = {token: name.encode("utf-8") for name, token in special.items()}
+    table = {
+        token: added[token] if token in added else to_bytes(piece)
+        for token, piece in _pieces(spec["model"], path).items()
+    }
+    table.update(added)
     if not table or min(table) < 0:
         raise VocabularyError(f"{path}: the vocabulary is empty or has negative ids")
     # Ids a tokenizer never assigns (gaps) decode to nothing rather than failing the stream.
