@@ -112,7 +112,7 @@ class SSEParser:
             if text[0] == "\n":
                 start = 1
         for match in _LINE_END.finditer(text, start):
-            self._line += text[start:match.start()]
+            self._line += text[start : match.start()]
             self._end_line(messages)
             start = match.end()
             # A CR that ends the chunk may be the first half of a CRLF split across feeds.

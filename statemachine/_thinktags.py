@@ -236,7 +236,7 @@ class ThinkTagGrammar:
     # -- tool calls ---------------------------------------------------------------------------
 
     def _call_text(self, state: ResponseState, out: Out, text: str) -> ResponseState:
-        call: ToolCallParse = state.parse.call  # type: ignore[assignment]
+        call: ToolCallParse = state.parse.call
         if call.phase == "trailer":
             return state
         if call.phase == "arguments":
@@ -264,7 +264,7 @@ class ThinkTagGrammar:
 
     def _end_call(self, state: ResponseState, out: Out, *, closed: bool) -> ResponseState:
         """`</tool_call>` (closed) or a `stop` inside the body: emit what the body was."""
-        call: ToolCallParse = state.parse.call  # type: ignore[assignment]
+        call: ToolCallParse = state.parse.call
         if call.phase == "arguments":
             return _close(state, out)
         if call.phase == "trailer":

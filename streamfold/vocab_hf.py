@@ -20,6 +20,7 @@ from __future__ import annotations
 import functools
 import json
 import os
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -103,6 +104,7 @@ def load_tokenizer_json(path: str | os.PathLike[str], name: str | None = None) -
     if not isinstance(spec, dict) or not isinstance(spec.get("model"), dict):
         raise VocabularyError(f"{path} has no 'model' object; expected a tokenizer.json")
     types = _component_types(spec.get("pre_tokenizer")) | _component_types(spec.get("decoder"))
+    to_bytes: Callable[[str], bytes]
     if "ByteLevel" in types:
         to_bytes = functools.partial(_byte_level_bytes, path=path)
     elif types & {"Metaspace", "ByteFallback", "Replace"}:

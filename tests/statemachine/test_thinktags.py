@@ -162,6 +162,18 @@ def test_unclosed_tool_call_at_stop_is_read_whole_or_kept_as_text() -> None:
     assert summary(events) == [ExpectedItem(M, "<tool_call>oops")]
 
 
+def test_call_whose_name_is_past_the_head_limit_is_read_whole() -> None:
+    from streamfold.statemachine._hermes import HEAD_LIMIT
+
+    name = "n" * HEAD_LIMIT
+    text = f'<tool_call>{{"name": "{name}", "parameters": {{"a":1}}}}</tool_call>'
+    _, events = run(GRAMMAR, text_toks(text))
+    assert_sound(events)
+    assert summary(events) == [ExpectedItem(F, '{"a": 1}', name)]
+    added = [to_wire(e) for e in events if e.type == "response.output_item.added"]
+    assert added[0]["item"]["name"] == name
+
+
 def test_arguments_stream_before_the_call_closes() -> None:
     head = text_toks('<tool_call>{"name": "get_weather", "arguments": {"city": "Par')
     tail = text_toks('is"}}\n</tool_call>')
