@@ -72,6 +72,8 @@ class ArgumentsScan:
     def feed(self, text: str) -> tuple[ArgumentsScan, int]:
         """Scan `text`; returns the new scan and the length of `text` that belongs to the
         value (all of it, or up to and including the bracket that closes it)."""
+        if not self.escape and _STRUCTURE.search(text) is None:
+            return self, len(text)  # nothing that moves the scan: share it
         depth, in_string = self.depth, self.in_string
         skip_until = 1 if self.escape else 0
         for found in _STRUCTURE.finditer(text):

@@ -155,22 +155,31 @@ class ThinkTagGrammar:
         item = state.open
         if (
             not parse.held
-            and parse.mode != "tool"
             and item is not None
-            and item.kind == ("reasoning" if was_reasoning else "message")
             and not any(start in text for start in self._starts[parse.mode])
         ):
-            # The common token: more text of the open run, nothing tag-like in it. One new
-            # state instead of several keeps the per-token cost down (see the benchmark).
-            delta, blank = _split_blank(parse.blank, text)
-            if pending != parse.pending or blank != parse.blank:
-                parse = ThinkTagParse(mode=parse.mode, pending=pending, blank=blank)
-            return attrs.evolve(
-                state,
-                open=append_text(out, item, delta),
-                parse=parse,
-                reasoning_tokens=state.reasoning_tokens + was_reasoning,
-            )
+            # The common tokens: more text of the open run, or more arguments of the open
+            # call, with nothing tag-like in them. One new state instead of several keeps the
+            # per-token cost down (see benchmarks/bench_thinktags.py).
+            if parse.mode == "tool":
+                call = parse.call
+                if call is not None and call.phase == "arguments":
+                    scan, used = call.scan.feed(text)
+                    if used == len(text) and scan.depth:
+                        if scan is not call.scan or pending != parse.pending:
+                            call = ToolCallParse(phase="arguments", scan=scan)
+                            parse = ThinkTagParse(mode="tool", pending=pending, call=call)
+                        return attrs.evolve(state, open=append_text(out, item, text), parse=parse)
+            elif item.kind == ("reasoning" if was_reasoning else "message"):
+                delta, blank = _split_blank(parse.blank, text)
+                if pending != parse.pending or blank != parse.blank:
+                    parse = ThinkTagParse(mode=parse.mode, pending=pending, blank=blank)
+                return attrs.evolve(
+                    state,
+                    open=append_text(out, item, delta),
+                    parse=parse,
+                    reasoning_tokens=state.reasoning_tokens + was_reasoning,
+                )
         state = attrs.evolve(state, parse=attrs.evolve(parse, held="", pending=pending))
         state = self._consume(state, out, parse.held + text)
         if was_reasoning or state.parse.mode == "reasoning":
