@@ -8,7 +8,8 @@ over tokens waits for its last byte), then cut at tags; text at the end that cou
 the start of a tag is *held* until the next token says whether it is, so every boundary is
 decided on the same text that is emitted (peers' bugs 21-23: a token holding the end of
 reasoning, some content and the start of a tool call is cut in three, nothing is dropped or
-overwritten). Per token that is O(token length + longest tag): nothing is re-scanned.
+overwritten). Per token that is O(token length + longest tag), plus, while a call's name is
+still being read, one match over at most `HEAD_LIMIT` characters: nothing is re-scanned.
 
 | mode      | tag            | text            | on the tag                                      |
 |-----------|----------------|-----------------|-------------------------------------------------|
@@ -30,7 +31,9 @@ the blank lines around tags (`\\n</think>\\n\\n`, `<think>\\n\\n</think>` when t
 open no item and no text starts or ends with them; whitespace inside a run is kept. A tool call
 opens its `function_call` item once its name and the start of its arguments object are read,
 then streams the arguments text as the model writes it; from then on the call is committed
-(its arguments are what the model wrote, valid JSON or not, as with harmony). A body that
+(its arguments are what the model wrote, valid JSON or not, as with harmony). It closes when
+its arguments value does; what follows up to `</tool_call>` (the `}`) is markup. As in vLLM's
+hermes parser, the first `</tool_call>` ends a call, even inside a JSON string. A body that
 never gets there is read whole at `</tool_call>`; if it is not a call, `<tool_call>`, the body
 and `</tool_call>` are message text, in the same message as the text around them (the message
 is closed only when a call really opens).
