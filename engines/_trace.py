@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 import attrs
+
 from streamfold.statemachine import StreamfoldError
 
 from ._source import FINISH_REASONS, FinishReason, TokenChunk

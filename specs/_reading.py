@@ -13,6 +13,7 @@ import re
 from typing import Any
 
 import attrs
+
 from streamfold.statemachine import StreamfoldError
 from streamfold.statemachine._sse import SSEParser
 
@@ -41,8 +42,7 @@ class StreamReading:
 
 def read_stream(data: bytes) -> StreamReading:
     """Parse `data` into events; raise `UnreadableStreamError` when it is not a stream."""
-    text = data.decode("utf-8", errors="replace").lstrip("\ufeff")
-    first = next((line for line in _LINE_END.split(text) if line.strip()), None)
+    first = _first_line(data)
     if first is None:
         raise UnreadableStreamError("the input is empty; give a stream recorded as SSE "
                                     "(`event:`/`data:` lines) or as JSON lines")
@@ -72,6 +72,21 @@ def read_stream(data: bytes) -> StreamReading:
                 f"{line[:60]!r}; give one JSON event per line, or an SSE stream"
             ) from exc
     return StreamReading(events=tuple(events), framing="jsonl")
+
+
+def _first_line(data: bytes) -> str | None:
+    """The first non-blank line, read without splitting the whole input."""
+    start = 0
+    while start < len(data):
+        end = len(data)
+        for eol in (b"\n", b"\r"):
+            found = data.find(eol, start, end)
+            end = found if found >= 0 else end
+        line = data[start:end].decode("utf-8", errors="replace").lstrip("\ufeff")
+        if line.strip():
+            return line
+        start = end + 1
+    return None
 
 
 def _read_sse(data: bytes) -> StreamReading:

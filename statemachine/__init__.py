@@ -11,17 +11,22 @@ from ._model import *  # noqa: F403
 from ._model import __all__ as _model_all
 from ._reducer import FinishReason, ResponseState, finish, start, step
 from ._snapshot import snapshot
+from ._sse import SSEFramingError, SSEMessage, SSEParser, parse_sse, sse_frame
 from ._thinktags import ThinkTagGrammar
 from ._vocab import Vocabulary
-from ._wire import dumps, from_wire, loads, structure, to_wire
+from ._wire import dumps, from_wire, loads, sse_event, structure, to_wire
 
 __all__ = [
     "FinishReason",
     "HarmonyGrammar",
     "ReducerUsageError",
+    "SSEFramingError",
+    "SSEMessage",
+    "SSEParser",
     "ResponseState",
     "finish",
     "snapshot",
+    "sse_event",
     "start",
     "step",
     "StreamfoldError",
@@ -32,6 +37,8 @@ __all__ = [
     "dumps",
     "from_wire",
     "loads",
+    "parse_sse",
+    "sse_frame",
     "structure",
     "to_wire",
     *_events_all,

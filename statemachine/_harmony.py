@@ -18,13 +18,14 @@ and an unknown channel a message, so its text is shown rather than lost (bug 45)
 
 from __future__ import annotations
 
+import codecs
 from typing import Any, Literal
 
 import attrs
 
 from ._header import Header, parse_header
-from ._items import ItemKind, Out, append_bytes, append_text, open_item
-from ._reducer import ResponseState, close_open
+from ._items import _DELTAS, ItemKind, Out, append_bytes, append_text, open_item, replace_item
+from ._reducer import ResponseState, close_open, replace_state
 from ._text import Rope, rope_items
 from ._vocab import Vocabulary
 
@@ -42,6 +43,12 @@ class HarmonyParse:
     header: Rope = None  # token ids of the header so far
     header_bytes: int = 0
     role_pending: bool = False
+
+
+_EXPECT_START = HarmonyParse(phase="expect_start")
+# The content phase is always this one value, so the hot path can test it by identity.
+_CONTENT = HarmonyParse(phase="content")
+_decode = codecs.utf_8_decode
 
 
 @attrs.frozen(kw_only=True, eq=False)
@@ -74,6 +81,35 @@ class HarmonyGrammar:
         self, state: ResponseState, out: Out, token: int, logprob: float | None, top_logprobs: Any
     ) -> ResponseState:
         parse: HarmonyParse = state.parse
+        item = state.open
+        if (
+            parse is _CONTENT
+            and logprob is None
+            and item is not None
+            and token not in self.vocabulary.special_ids
+        ):
+            # The hot path, inlined: one token of text gives at most one delta event, one new
+            # item and one new state. Everything else takes the general path below.
+            data = self.vocabulary.token_bytes[token]
+            if item.pending:
+                data = item.pending + data
+            text, used = _decode(data, "replace", False)
+            pending = data[used:] if used < len(data) else b""
+            if text:
+                make = _DELTAS[item.kind]
+                if make is not None:
+                    out.events.append(make(out.seq, item, text, ()))
+                    out.seq += 1
+                item = replace_item(item, text=(item.text, text), pending=pending)
+            else:
+                item = replace_item(item, pending=pending)
+            return replace_state(
+                state,
+                open=item,
+                seq=out.seq,
+                output_tokens=state.output_tokens + 1,
+                reasoning_tokens=state.reasoning_tokens + (item.kind == "reasoning"),
+            )
         phase = parse.phase
         if phase == "content":
             return self._content(state, out, token, logprob, top_logprobs)
@@ -85,20 +121,33 @@ class HarmonyGrammar:
         self, state: ResponseState, out: Out, token: int, logprob: float | None, top_logprobs: Any
     ) -> ResponseState:
         item = state.open
-        if item is not None and item.kind == "reasoning":
-            state = attrs.evolve(state, reasoning_tokens=state.reasoning_tokens + 1)
-        if token in self.stops:
-            state = close_open(state, out, complete=True)
-            return attrs.evolve(state, parse=HarmonyParse(phase="expect_start"))
-        if token == self.start_id or token == self.channel_id:
-            # A new header inside content: the model skipped `<|end|>`. Close, then re-read.
-            state = close_open(state, out, complete=True)
-            return self._begin_header(state, token)
+        reasoning = state.reasoning_tokens + (item is not None and item.kind == "reasoning")
         if token in self.vocabulary.special_ids or item is None:
+            state = replace_state(state, reasoning_tokens=reasoning)
+            if token in self.stops:
+                state = close_open(state, out, complete=True)
+                return replace_state(state, parse=_EXPECT_START)
+            if token == self.start_id or token == self.channel_id:
+                # A new header inside content: the model skipped `<|end|>`. Close, then re-read.
+                return self._begin_header(close_open(state, out, complete=True), token)
             return state  # a stray control token is not text the model meant to show
-        data = self.vocabulary.token_bytes[token]
-        item = append_bytes(out, item, data, self.vocabulary, token, logprob, top_logprobs)
-        return attrs.evolve(state, open=item)
+        # The hot path: one token of text, one new item and one new state.
+        item = append_bytes(
+            out,
+            item,
+            self.vocabulary.token_bytes[token],
+            self.vocabulary,
+            token,
+            logprob,
+            top_logprobs,
+        )
+        return replace_state(
+            state,
+            open=item,
+            reasoning_tokens=reasoning,
+            seq=out.seq,
+            output_tokens=state.output_tokens + 1,
+        )
 
     def _begin_header(self, state: ResponseState, token: int) -> ResponseState:
         if token == self.start_id:
@@ -128,10 +177,10 @@ class HarmonyGrammar:
             if not header.is_header:
                 return self._header_was_text(state, out)
             state = self._open(state, out, header)
-            return attrs.evolve(state, parse=HarmonyParse(phase="content"))
+            return replace_state(state, parse=_CONTENT)
         if token in self.stops:
-            state = self._flush_header(state, out, complete=True)
-            return attrs.evolve(state, parse=HarmonyParse(phase="expect_start"))
+            state = self._flush_header(state, out, complete=True, stopped=True)
+            return replace_state(state, parse=_EXPECT_START)
         if token == self.start_id:
             return attrs.evolve(state, parse=HarmonyParse(phase="header", role_pending=True))
         size = parse.header_bytes + len(self.vocabulary.token_bytes[token])
@@ -183,17 +232,25 @@ class HarmonyGrammar:
             return "message", None, None, "commentary"
         return "message", None, None, None
 
-    def _flush_header(self, state: ResponseState, out: Out, *, complete: bool) -> ResponseState:
-        """A header that never reached `<|message|>`: keep whatever it said (bug 44, 58)."""
+    def _flush_header(
+        self, state: ResponseState, out: Out, *, complete: bool, stopped: bool
+    ) -> ResponseState:
+        """A header that never reached `<|message|>`: keep whatever it said.
+
+        Ended by a stop token (`stopped`), the header is complete and anything after its
+        markers is content (non-strict harmony, bug 44; an unterminated call, bug 58). Cut off
+        by the end of generation, a real header is unfinished: its words may be half a
+        recipient, so nothing is shown; stray text that never looked like a header is.
+        """
         parse: HarmonyParse = state.parse
         if parse.header is None:
             return state
         header = self._parse(parse)
         if not header.is_header:
-            if not self._text_of(parse.header).strip():
-                return state  # only markers, no text: nothing was said
+            if not self._text_of(parse.header).strip() or (parse.role_pending and not header.rest):
+                return state  # only markers or a role word: nothing was said
             return close_open(self._header_was_text(state, out), out, complete=complete)
-        if not header.rest and header.recipient is None:
+        if not stopped or (not header.rest and header.recipient is None):
             return state
         state = self._open(state, out, header)
         state = attrs.evolve(state, open=append_text(out, state.open, header.rest))  # type: ignore[arg-type]
@@ -207,17 +264,23 @@ class HarmonyGrammar:
         ).decode("utf-8", "replace")
 
     def _header_was_text(self, state: ResponseState, out: Out) -> ResponseState:
-        """What looked like a header was text: show it as a message, control tokens dropped."""
+        """What looked like a header was text: show it as a message, control tokens dropped.
+
+        After `<|start|>` the first word is the role (`assistant`), not text.
+        """
         parse: HarmonyParse = state.parse
+        text = self._text_of(parse.header)
+        if parse.role_pending:
+            role = self._parse(parse).role
+            stripped = text.lstrip()
+            if role and stripped.startswith(role):
+                text = stripped[len(role) :]
         state = self._open(state, out, Header())
-        item = state.open
-        for token in rope_items(parse.header):
-            if token not in self.vocabulary.special_ids:
-                item = append_bytes(out, item, self.vocabulary.token_bytes[token], self.vocabulary)  # type: ignore[arg-type]
-        return attrs.evolve(state, open=item, parse=HarmonyParse(phase="content"))
+        item = append_text(out, state.open, text)  # type: ignore[arg-type]
+        return attrs.evolve(state, open=item, parse=_CONTENT)
 
     def flush(self, state: ResponseState, out: Out, complete: bool) -> ResponseState:
         parse: HarmonyParse = state.parse
         if parse.phase == "header":
-            state = self._flush_header(state, out, complete=complete)
-        return attrs.evolve(state, parse=HarmonyParse(phase="expect_start"))
+            state = self._flush_header(state, out, complete=complete, stopped=False)
+        return replace_state(state, parse=_EXPECT_START)

@@ -19,6 +19,7 @@ status `incomplete` (tool progress events that would claim success are left out)
 
 from __future__ import annotations
 
+import codecs
 import json
 from typing import Any, Literal
 
@@ -26,7 +27,8 @@ import attrs
 
 from . import _events as ev
 from . import _model as m
-from ._text import Rope, decode_utf8, flush_utf8, rope_items, rope_text
+from ._fast import replacer
+from ._text import Rope, flush_utf8, rope_items, rope_text
 from ._vocab import Vocabulary
 
 __all__ = ["ItemKind", "OpenItem", "Out", "append_bytes", "close_item", "open_item"]
@@ -89,6 +91,10 @@ class OpenItem:
     pending: bytes = b""
     tokens: Rope = None
     unsent: int = 0
+
+
+replace_item = replacer(OpenItem)
+_decode = codecs.utf_8_decode
 
 
 def item_ids(response_id: str, kind: ItemKind, output_index: int) -> tuple[str, str]:
@@ -163,20 +169,44 @@ def _text_logprob(vocab: Vocabulary, entry: tuple[int, float, Any]) -> m.TextLog
     )
 
 
-def _delta(out: Out, item: OpenItem, text: str, logprobs: tuple[m.TextLogprob, ...]) -> None:
-    where = {"item_id": item.item_id, "output_index": item.output_index}
-    kind = item.kind
-    if kind == "message":
-        out.emit(ev.ResponseTextDeltaEvent, content_index=0, delta=text, logprobs=logprobs, **where)
-    elif kind == "reasoning":
-        out.emit(ev.ResponseReasoningTextDeltaEvent, content_index=0, delta=text, **where)
-    elif kind == "function_call":
-        out.emit(ev.ResponseFunctionCallArgumentsDeltaEvent, delta=text, **where)
-    elif kind == "code_interpreter_call":
-        out.emit(ev.ResponseCodeInterpreterCallCodeDeltaEvent, delta=text, **where)
-    elif kind == "mcp_call":
-        out.emit(ev.ResponseMcpCallArgumentsDeltaEvent, delta=text, **where)
+# Per kind: the delta event for one piece of text, built positionally-cheap (hot path).
+_DELTAS: dict[str, Any] = {
+    "message": lambda seq, item, text, logprobs: ev.ResponseTextDeltaEvent(
+        sequence_number=seq,
+        item_id=item.item_id,
+        output_index=item.output_index,
+        content_index=0,
+        delta=text,
+        logprobs=logprobs,
+    ),
+    "reasoning": lambda seq, item, text, _: ev.ResponseReasoningTextDeltaEvent(
+        sequence_number=seq,
+        item_id=item.item_id,
+        output_index=item.output_index,
+        content_index=0,
+        delta=text,
+    ),
+    "function_call": lambda seq, item, text, _: ev.ResponseFunctionCallArgumentsDeltaEvent(
+        sequence_number=seq, item_id=item.item_id, output_index=item.output_index, delta=text
+    ),
+    "code_interpreter_call": lambda seq, item, text, _: (
+        ev.ResponseCodeInterpreterCallCodeDeltaEvent(
+            sequence_number=seq, item_id=item.item_id, output_index=item.output_index, delta=text
+        )
+    ),
+    "mcp_call": lambda seq, item, text, _: ev.ResponseMcpCallArgumentsDeltaEvent(
+        sequence_number=seq, item_id=item.item_id, output_index=item.output_index, delta=text
+    ),
     # web_search_call has no delta event: its arguments become the action on close.
+    "web_search_call": None,
+}
+
+
+def _delta(out: Out, item: OpenItem, text: str, logprobs: tuple[m.TextLogprob, ...]) -> None:
+    make = _DELTAS[item.kind]
+    if make is not None:
+        out.events.append(make(out.seq, item, text, logprobs))
+        out.seq += 1
 
 
 def _unsent_logprobs(vocab: Vocabulary, item: OpenItem) -> tuple[m.TextLogprob, ...]:
@@ -199,22 +229,23 @@ def append_bytes(
     top_logprobs: Any = None,
 ) -> OpenItem:
     """Feed one token's bytes to an open item; emits a delta once whole characters exist."""
-    text, pending = decode_utf8(item.pending, data)
-    tokens, unsent = item.tokens, item.unsent
-    if logprob is not None and token is not None and item.kind == "message":
-        tokens, unsent = (tokens, (token, logprob, top_logprobs)), unsent + 1
-    if text:
-        if unsent:
-            item = attrs.evolve(item, tokens=tokens, unsent=unsent)
-            logprobs = _unsent_logprobs(vocab, item)
-            unsent = 0
-        else:
-            logprobs = ()
-        _delta(out, item, text, logprobs)
-        return attrs.evolve(
-            item, text=(item.text, text), pending=pending, tokens=tokens, unsent=unsent
-        )
-    return attrs.evolve(item, pending=pending, tokens=tokens, unsent=unsent)
+    pending = item.pending
+    if pending:
+        data = pending + data
+    text, used = _decode(data, "replace", False)
+    pending = data[used:] if used < len(data) else b""
+    if logprob is None or token is None or item.kind != "message":
+        # The common case, kept to one new item and one event per token.
+        if text:
+            _delta(out, item, text, ())
+            return replace_item(item, text=(item.text, text), pending=pending)
+        return replace_item(item, pending=pending)
+    tokens, unsent = (item.tokens, (token, logprob, top_logprobs)), item.unsent + 1
+    if not text:
+        return replace_item(item, pending=pending, tokens=tokens, unsent=unsent)
+    item = replace_item(item, tokens=tokens, unsent=unsent)
+    _delta(out, item, text, _unsent_logprobs(vocab, item))
+    return replace_item(item, text=(item.text, text), pending=pending, unsent=0)
 
 
 def append_text(out: Out, item: OpenItem, text: str) -> OpenItem:
@@ -222,7 +253,7 @@ def append_text(out: Out, item: OpenItem, text: str) -> OpenItem:
     if not text:
         return item
     _delta(out, item, text, ())
-    return attrs.evolve(item, text=(item.text, text))
+    return replace_item(item, text=(item.text, text))
 
 
 def _web_search_action(arguments: str, name: str | None) -> m.WebSearchAction:

@@ -26,6 +26,7 @@ import attrs
 from . import _events as ev
 from . import _model as m
 from ._errors import ReducerUsageError
+from ._fast import replacer
 from ._items import OpenItem, Out, close_item
 from ._vocab import Vocabulary
 
@@ -73,6 +74,9 @@ class ResponseState:
         return len(self.output) + (self.open is not None)
 
 
+replace_state = replacer(ResponseState)
+
+
 def start(
     grammar: Grammar, response: m.Response, *, input_tokens: int = 0
 ) -> tuple[ResponseState, list[ev.Event]]:
@@ -113,11 +117,15 @@ def step(
             f"step() after finish() on response {state.response.id}: the response is closed; "
             "start a new one with start()"
         )
-    state.grammar.vocabulary.bytes_of(token)  # raises ReducerUsageError on a bad id
+    grammar = state.grammar
+    if type(token) is not int or not 0 <= token < len(grammar.vocabulary.token_bytes):
+        grammar.vocabulary.bytes_of(token)  # raises ReducerUsageError naming the token
     out = Out(state.seq)
-    state = attrs.evolve(state, output_tokens=state.output_tokens + 1)
-    state = state.grammar.feed(state, out, token, logprob, top_logprobs)
-    return attrs.evolve(state, seq=out.seq), out.events
+    new = grammar.feed(state, out, token, logprob, top_logprobs)
+    # A grammar may count the token and set `seq` itself, saving a copy on the hot path.
+    if new.output_tokens == state.output_tokens or new.seq != out.seq:
+        new = replace_state(new, seq=out.seq, output_tokens=state.output_tokens + 1)
+    return new, out.events
 
 
 def close_open(state: ResponseState, out: Out, *, complete: bool) -> ResponseState:

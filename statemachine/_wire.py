@@ -142,9 +142,58 @@ def from_wire(data: Mapping[str, Any]) -> Event:
     return structure(data, Event, "event")  # type: ignore[no-any-return]
 
 
+_escape = json.encoder.encode_basestring  # what json.dumps uses when ensure_ascii=False
+
+
+def _fast_encoder(cls: type) -> Any:
+    """A direct JSON writer for events made only of str and int fields (deltas, progress).
+
+    These are most of a stream's events; writing them without the generic unstructure step
+    is about 5x faster. A test holds every one equal to the generic path, byte for byte.
+    """
+    template, args = [], []
+    for field in attrs.fields(cls):
+        if field.name == "type":
+            template.append(f'"type":{json.dumps(field.default)}')
+        elif field.type in ("int", int):
+            template.append(f'"{field.name}":%d')
+            args.append(f"e.{field.name}")
+        elif field.type in ("str", str):
+            template.append(f'"{field.name}":%s')
+            args.append(f"_escape(e.{field.name})")
+        elif field.name == "logprobs":
+            template.append('"logprobs":[]')
+        else:
+            return None
+    text = "{" + ",".join(template) + "}"
+    source = f"def encode(e):\n    return {text!r} % ({', '.join(args)},)\n"
+    namespace: dict[str, Any] = {"_escape": _escape}
+    exec(source, namespace)  # the template only reads the event's own fields
+    return namespace["encode"]
+
+
+_FAST: dict[type, Any] = {}
+for _cls in Event.__args__:  # type: ignore[attr-defined]
+    _encode = _fast_encoder(_cls)
+    if _encode is not None:
+        _FAST[_cls] = _encode
+
+
 def dumps(value: Any) -> str:
     """Compact JSON text of an event or value, as it goes on the wire."""
+    encode = _FAST.get(type(value))
+    # An output_text delta carrying logprobs takes the generic path.
+    if encode is not None and not getattr(value, "logprobs", None):
+        return encode(value)  # type: ignore[no-any-return]
     return json.dumps(to_wire(value), separators=(",", ":"), ensure_ascii=False)
+
+
+def sse_event(event: Event) -> bytes:
+    """One event framed for Server-Sent Events: `event: <type>`, `data: <json>`, blank line.
+
+    `dumps` never writes a raw line break (JSON escapes them), so the frame needs no checks.
+    """
+    return f"event: {event.type}\ndata: {dumps(event)}\n\n".encode()
 
 
 def loads(text: str | bytes) -> Event:

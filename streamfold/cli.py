@@ -31,17 +31,16 @@ def _add_replay(subparsers: argparse._SubParsersAction[argparse.ArgumentParser])
 def _run_replay(args: argparse.Namespace) -> int:
     from streamfold.engines import TraceFormatError, read_trace
     from streamfold.replay import iter_replay
-    from streamfold.statemachine import StreamfoldError, dumps
+    from streamfold.statemachine import StreamfoldError, dumps, sse_event
 
     try:
         trace = read_trace(args.trace)
         out = sys.stdout
         for event in iter_replay(trace, base_dir=Path(args.trace).parent):
-            text = dumps(event)
             if args.format == "sse":
-                out.write(f"event: {event.type}\ndata: {text}\n\n")
+                out.write(sse_event(event).decode())
             else:
-                out.write(text + "\n")
+                out.write(dumps(event) + "\n")
     except TraceFormatError as exc:
         print(f"streamfold replay: {exc}", file=sys.stderr)
         return 2

@@ -14,13 +14,13 @@ from typing import Any
 
 import pydantic
 import pytest
-import streamfold.specs
-import streamfold.statemachine
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from openai.types.responses import ResponseStreamEvent
-from streamfold.specs import RULES, Violation, check, format_report
 
+import streamfold.specs
+import streamfold.statemachine
+from streamfold.specs import RULES, Violation, check, format_report
 from tests.specs.wire_streams import (
     RESPONSE_ID,
     good_stream,

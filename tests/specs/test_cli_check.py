@@ -10,10 +10,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+
 from streamfold.specs import UnreadableStreamError, read_stream
 from streamfold.specs.cli_check import add_check_parser, main, run_check
 from streamfold.statemachine._sse import sse_frame
-
 from tests.specs.wire_streams import good_stream, index_of, renumber
 
 

@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import pytest
+
 from streamfold.specs import check, format_report
 from streamfold.statemachine import HarmonyGrammar, Response, finish, start, step
-
 from streamfold.vocab import harmony_encoding, load_harmony_vocabulary
 
 _CALL = (

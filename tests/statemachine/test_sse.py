@@ -8,6 +8,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from openai._streaming import SSEDecoder
+
 from streamfold.statemachine._sse import (
     SSEFramingError,
     SSEMessage,
@@ -38,8 +39,10 @@ def test_frame_is_event_line_data_line_blank_line() -> None:
 
 
 def test_frames_parse_back_to_the_same_events() -> None:
-    events = [{"type": "response.output_text.delta", "delta": "a\nb\r☀", "sequence_number": k}
-              for k in range(3)]
+    events = [
+        {"type": "response.output_text.delta", "delta": "a\nb\r☀", "sequence_number": k}
+        for k in range(3)
+    ]
     body = b"".join(sse_frame(ev["type"], json.dumps(ev, ensure_ascii=False)) for ev in events)
     assert b"[DONE]" not in body
     parsed = parse_sse(body)
@@ -123,11 +126,13 @@ def test_feed_after_close_is_misuse() -> None:
 # -- properties ----------------------------------------------------------------------------
 
 _eol = st.sampled_from(["\n", "\r", "\r\n"])
-_text = st.text(st.characters(blacklist_categories=["Cs"], blacklist_characters="\r\n"),
-                max_size=12)
+_text = st.text(
+    st.characters(blacklist_categories=["Cs"], blacklist_characters="\r\n"), max_size=12
+)
 _line = st.one_of(
-    st.tuples(st.sampled_from(["event: ", "data: ", "data:", ": ", "id: ", "x: "]), _text)
-    .map("".join),
+    st.tuples(st.sampled_from(["event: ", "data: ", "data:", ": ", "id: ", "x: "]), _text).map(
+        "".join
+    ),
     st.just(""),
 )
 _stream_text = st.lists(st.tuples(_line, _eol).map("".join), max_size=25).map("".join)
@@ -154,8 +159,11 @@ _frame = st.tuples(
 @given(st.lists(_frame, max_size=6), st.lists(st.integers(0, 400), max_size=6))
 def test_agrees_with_the_openai_sdk_decoder(frames: list[str], cuts: list[int]) -> None:
     body = "".join(frames).encode()
-    chunks = [body[a:b] for a, b in zip([0, *sorted(cuts)], [*sorted(cuts), len(body)],
-                                        strict=True)]
-    sdk = [SSEMessage(event=e.event or None, data=e.data)
-           for e in SSEDecoder().iter_bytes(iter(chunks))]
+    chunks = [
+        body[a:b] for a, b in zip([0, *sorted(cuts)], [*sorted(cuts), len(body)], strict=True)
+    ]
+    sdk = [
+        SSEMessage(event=e.event or None, data=e.data)
+        for e in SSEDecoder().iter_bytes(iter(chunks))
+    ]
     assert feed_in_pieces(body, cuts)[0] == sdk

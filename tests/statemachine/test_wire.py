@@ -10,6 +10,7 @@ import attrs
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+
 from streamfold.statemachine import (
     EVENT_TYPES,
     FunctionTool,
@@ -20,9 +21,9 @@ from streamfold.statemachine import (
     dumps,
     from_wire,
     loads,
+    sse_event,
     to_wire,
 )
-
 from tests.sdk_oracle import validate_with_sdk
 
 _text = st.text(max_size=8)
@@ -61,6 +62,9 @@ def test_every_event_type_round_trips_and_validates_against_the_sdk(
     wire = to_wire(event)
     assert wire["type"] == event_type
     assert from_wire(json.loads(dumps(event))) == event
+    # The fast writers for plain events are byte-identical to the generic converter path.
+    assert dumps(event) == json.dumps(wire, separators=(",", ":"), ensure_ascii=False)
+    assert sse_event(event) == f"event: {event_type}\ndata: {dumps(event)}\n\n".encode()
     parsed = validate_with_sdk(wire)
     assert parsed.type == event_type
     # The SDK sees the same fields we wrote (no field lost or renamed on its side).
