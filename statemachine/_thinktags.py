@@ -55,9 +55,10 @@ from typing import Any, Literal
 import attrs
 
 from ._errors import ReducerUsageError
+from ._fast import replacer
 from ._hermes import HEAD_LIMIT, ArgumentsScan, match_head, parse_call
 from ._items import ItemKind, Out, append_text, open_item
-from ._reducer import ResponseState, close_open
+from ._reducer import ResponseState, close_open, replace_state
 from ._text import Rope, decode_utf8, flush_utf8, rope_text
 from ._vocab import Vocabulary
 
@@ -88,6 +89,10 @@ class ThinkTagParse:
     pending: bytes = b""  # the first bytes of a character not yet complete
     blank: str = ""  # whitespace at the end of the open run, sent only if text follows
     call: ToolCallParse | None = None
+
+
+replace_parse = replacer(ThinkTagParse)
+replace_call = replacer(ToolCallParse)
 
 
 def _proper_prefixes(tags: tuple[str, ...]) -> frozenset[str]:
@@ -152,7 +157,7 @@ class ThinkTagGrammar:
         if token in self.vocabulary.special_ids and token not in self._tag_tokens:
             # A control token (end of turn, padding) is not text the model meant to show.
             if was_reasoning:
-                state = attrs.evolve(state, reasoning_tokens=state.reasoning_tokens + 1)
+                state = replace_state(state, reasoning_tokens=state.reasoning_tokens + 1)
             return state
         text, pending = decode_utf8(parse.pending, self.vocabulary.token_bytes[token])
         item = state.open
@@ -172,21 +177,31 @@ class ThinkTagGrammar:
                         if scan is not call.scan or pending != parse.pending:
                             call = ToolCallParse(phase="arguments", scan=scan)
                             parse = ThinkTagParse(mode="tool", pending=pending, call=call)
-                        return attrs.evolve(state, open=append_text(out, item, text), parse=parse)
+                        item = append_text(out, item, text)
+                        return replace_state(
+                            state,
+                            open=item,
+                            parse=parse,
+                            seq=out.seq,
+                            output_tokens=state.output_tokens + 1,
+                        )
             elif item.kind == ("reasoning" if was_reasoning else "message"):
                 delta, blank = _split_blank(parse.blank, text)
                 if pending != parse.pending or blank != parse.blank:
                     parse = ThinkTagParse(mode=parse.mode, pending=pending, blank=blank)
-                return attrs.evolve(
+                item = append_text(out, item, delta)
+                return replace_state(
                     state,
-                    open=append_text(out, item, delta),
+                    open=item,
                     parse=parse,
                     reasoning_tokens=state.reasoning_tokens + was_reasoning,
+                    seq=out.seq,
+                    output_tokens=state.output_tokens + 1,
                 )
-        state = attrs.evolve(state, parse=attrs.evolve(parse, held="", pending=pending))
+        state = replace_state(state, parse=replace_parse(parse, held="", pending=pending))
         state = self._consume(state, out, parse.held + text)
         if was_reasoning or state.parse.mode == "reasoning":
-            state = attrs.evolve(state, reasoning_tokens=state.reasoning_tokens + 1)
+            state = replace_state(state, reasoning_tokens=state.reasoning_tokens + 1)
         return state
 
     def _consume(self, state: ResponseState, out: Out, text: str) -> ResponseState:
@@ -206,7 +221,7 @@ class ThinkTagGrammar:
         held = self._held_length(state.parse.mode, text)
         if held:
             state = self._content(state, out, text[:-held])
-            return attrs.evolve(state, parse=attrs.evolve(state.parse, held=text[-held:]))
+            return replace_state(state, parse=replace_parse(state.parse, held=text[-held:]))
         return self._content(state, out, text)
 
     def _held_length(self, mode: Mode, text: str) -> int:
@@ -225,17 +240,19 @@ class ThinkTagGrammar:
         parse: ThinkTagParse = state.parse
         if parse.mode == "text" and tag == self.think_open:
             state = _close(state, out)
-            return attrs.evolve(state, parse=attrs.evolve(parse, mode="reasoning"))
+            return replace_state(state, parse=replace_parse(parse, mode="reasoning"))
         if parse.mode == "text":
-            return attrs.evolve(state, parse=attrs.evolve(parse, mode="tool", call=ToolCallParse()))
+            return replace_state(
+                state, parse=replace_parse(parse, mode="tool", call=ToolCallParse())
+            )
         if parse.mode == "reasoning" and tag == self.think_open:
             # `<think>` again at the start of reasoning repeats the prompt's marker (bug 22).
             return state if state.open is None else _run_text(state, out, "reasoning", tag)
         if parse.mode == "reasoning":
             state = _close(state, out)
-            return attrs.evolve(state, parse=attrs.evolve(parse, mode="text"))
+            return replace_state(state, parse=replace_parse(parse, mode="text"))
         state = self._end_call(state, out, closed=True)
-        return attrs.evolve(state, parse=attrs.evolve(state.parse, mode="text", call=None))
+        return replace_state(state, parse=replace_parse(state.parse, mode="text", call=None))
 
     def _content(self, state: ResponseState, out: Out, text: str) -> ResponseState:
         if not text:
@@ -253,7 +270,7 @@ class ThinkTagGrammar:
             return state
         if call.phase == "arguments":
             return _stream_arguments(state, out, call, text)
-        call = attrs.evolve(call, body=(call.body, text))
+        call = replace_call(call, body=(call.body, text))
         if call.streamable:
             head = call.head + text[: HEAD_LIMIT - len(call.head)]
             found = match_head(head)
@@ -268,11 +285,11 @@ class ThinkTagGrammar:
                     response_id=state.response.id,
                     name=name,
                 )
-                state = attrs.evolve(state, open=item)
+                state = replace_state(state, open=item)
                 call = ToolCallParse(phase="arguments")
                 return _stream_arguments(state, out, call, body[start:])
-            call = attrs.evolve(call, head=head, streamable=len(head) < HEAD_LIMIT)
-        return attrs.evolve(state, parse=attrs.evolve(state.parse, call=call))
+            call = replace_call(call, head=head, streamable=len(head) < HEAD_LIMIT)
+        return replace_state(state, parse=replace_parse(state.parse, call=call))
 
     def _end_call(self, state: ResponseState, out: Out, *, closed: bool) -> ResponseState:
         """`</tool_call>` (closed) or a `stop` inside the body: emit what the body was."""
@@ -295,7 +312,7 @@ class ThinkTagGrammar:
             response_id=state.response.id,
             name=name,
         )
-        state = attrs.evolve(state, open=append_text(out, item, arguments))
+        state = replace_state(state, open=append_text(out, item, arguments))
         return _close(state, out)
 
     # -- finish -------------------------------------------------------------------------------
@@ -303,22 +320,22 @@ class ThinkTagGrammar:
     def flush(self, state: ResponseState, out: Out, complete: bool) -> ResponseState:
         parse: ThinkTagParse = state.parse
         if complete:
-            state = attrs.evolve(state, parse=attrs.evolve(parse, held="", pending=b""))
+            state = replace_state(state, parse=replace_parse(parse, held="", pending=b""))
             state = self._consume(state, out, parse.held + flush_utf8(parse.pending))
             parse = state.parse
             state = self._content(
-                attrs.evolve(state, parse=attrs.evolve(parse, held="")), out, parse.held
+                replace_state(state, parse=replace_parse(parse, held="")), out, parse.held
             )
             if state.parse.mode == "tool":
                 state = self._end_call(state, out, closed=False)
-        return attrs.evolve(state, parse=ThinkTagParse(mode=state.parse.mode))
+        return replace_state(state, parse=ThinkTagParse(mode=state.parse.mode))
 
 
 def _close(state: ResponseState, out: Out) -> ResponseState:
     """Close the open item; whitespace held at its end was never part of it."""
     state = close_open(state, out, complete=True)
     if state.parse.blank:
-        state = attrs.evolve(state, parse=attrs.evolve(state.parse, blank=""))
+        state = replace_state(state, parse=replace_parse(state.parse, blank=""))
     return state
 
 
@@ -353,19 +370,19 @@ def _run_text(state: ResponseState, out: Out, kind: ItemKind, text: str) -> Resp
         blank = ""
     delta, blank = _split_blank(blank, text)
     if blank != state.parse.blank:
-        state = attrs.evolve(state, parse=attrs.evolve(state.parse, blank=blank))
-    return attrs.evolve(state, open=append_text(out, item, delta))
+        state = replace_state(state, parse=replace_parse(state.parse, blank=blank))
+    return replace_state(state, open=append_text(out, item, delta))
 
 
 def _stream_arguments(
     state: ResponseState, out: Out, call: ToolCallParse, text: str
 ) -> ResponseState:
     scan, used = call.scan.feed(text)
-    state = attrs.evolve(state, open=append_text(out, state.open, text[:used]))  # type: ignore[arg-type]
+    state = replace_state(state, open=append_text(out, state.open, text[:used]))  # type: ignore[arg-type]
     if used < len(text) or (scan.depth == 0 and used):
         # The value closed: the call is complete whatever follows before `</tool_call>`.
         state = _close(state, out)
         call = ToolCallParse(phase="trailer")
     else:
-        call = attrs.evolve(call, scan=scan)
-    return attrs.evolve(state, parse=attrs.evolve(state.parse, call=call))
+        call = replace_call(call, scan=scan)
+    return replace_state(state, parse=replace_parse(state.parse, call=call))
