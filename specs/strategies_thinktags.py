@@ -23,6 +23,7 @@ from typing import Literal
 
 import attrs
 from hypothesis import strategies as st
+
 from streamfold.statemachine import Vocabulary
 
 __all__ = [

@@ -10,7 +10,9 @@ from pathlib import Path
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+
 from streamfold.engines import read_trace
+from streamfold.replay import grammar_for, replay_events
 from streamfold.specs.strategies_thinktags import (
     ExpectedItem,
     ThinkTagCompletion,
@@ -19,8 +21,6 @@ from streamfold.specs.strategies_thinktags import (
     tokenizations,
 )
 from streamfold.statemachine import ThinkTagGrammar, VocabularyError
-
-from streamfold.replay import grammar_for, replay_events
 from streamfold.thinktags_setup import ThinkTagsHeaderError, thinktags_grammar_from_header
 from streamfold.vocab import load_o200k_base_vocabulary
 from streamfold.vocab_hf import gpt2_unicode_to_byte, load_tokenizer_json

@@ -10,6 +10,7 @@ import json
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+
 from streamfold.specs.strategies_thinktags import (
     TAGS,
     ExpectedItem,
@@ -21,7 +22,6 @@ from streamfold.specs.strategies_thinktags import (
     tokenizations,
 )
 from streamfold.statemachine import ReducerUsageError, ThinkTagGrammar, to_wire
-
 from tests.statemachine.thinktags_helpers import (
     assert_sound,
     run,

@@ -8,6 +8,7 @@ from typing import Any
 
 from openai import omit
 from openai.lib.streaming.responses._responses import ResponseStreamState
+
 from streamfold.specs import check, format_report
 from streamfold.specs.strategies_thinktags import ExpectedItem
 from streamfold.statemachine import (
@@ -20,7 +21,6 @@ from streamfold.statemachine import (
     to_wire,
 )
 from streamfold.statemachine._reducer import ResponseState
-
 from tests.sdk_oracle import validate_with_sdk
 
 RESPONSE_ID = "resp_think"
