@@ -124,7 +124,10 @@ class ThinkTagGrammar:
         }
         for field in ("think_open", "think_close", "tool_open", "tool_close"):
             if not getattr(self, field):
-                raise ReducerUsageError(f"ThinkTagGrammar({field}='') : a tag must not be empty")
+                raise ReducerUsageError(
+                    f"ThinkTagGrammar({field}=''): a tag must not be empty; pass the text the "
+                    "model writes, such as '<think>'"
+                )
         for one, other in (("think_open", "tool_open"), ("think_open", "think_close")):
             a, b = getattr(self, one), getattr(self, other)
             if a.startswith(b) or b.startswith(a):
