@@ -50,6 +50,8 @@ Logprobs are not attached to think-tag message text (a token's text may straddle
 
 from __future__ import annotations
 
+import re
+from collections.abc import Callable
 from typing import Any, Literal
 
 import attrs
@@ -113,6 +115,7 @@ class ThinkTagGrammar:
     _tags: dict[str, tuple[str, ...]] = attrs.field(init=False, repr=False)
     _prefixes: dict[str, frozenset[str]] = attrs.field(init=False, repr=False)
     _starts: dict[str, frozenset[str]] = attrs.field(init=False, repr=False)
+    _tag_start: dict[str, Callable[[str], object]] = attrs.field(init=False, repr=False)
     _longest: dict[str, int] = attrs.field(init=False, repr=False)
     _tag_tokens: frozenset[int] = attrs.field(init=False, repr=False)
 
@@ -140,6 +143,11 @@ class ThinkTagGrammar:
         set_(self, "_tags", tags)
         set_(self, "_prefixes", {mode: _proper_prefixes(group) for mode, group in tags.items()})
         set_(self, "_starts", {mode: frozenset(t[0] for t in tags[mode]) for mode in tags})
+        set_(
+            self,
+            "_tag_start",
+            {m: re.compile("|".join(map(re.escape, self._starts[m]))).search for m in tags},
+        )
         set_(self, "_longest", {mode: max(map(len, group)) - 1 for mode, group in tags.items()})
         set_(
             self,
@@ -164,11 +172,7 @@ class ThinkTagGrammar:
             return state
         text, pending = decode_utf8(parse.pending, self.vocabulary.token_bytes[token])
         item = state.open
-        if (
-            not parse.held
-            and item is not None
-            and not any(start in text for start in self._starts[parse.mode])
-        ):
+        if not parse.held and item is not None and self._tag_start[parse.mode](text) is None:
             # The common tokens: more text of the open run, or more arguments of the open
             # call, with nothing tag-like in them. One new state instead of several keeps the
             # per-token cost down (see benchmarks/bench_thinktags.py).
