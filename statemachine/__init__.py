@@ -12,6 +12,7 @@ from ._model import __all__ as _model_all
 from ._reducer import FinishReason, ResponseState, finish, start, step
 from ._snapshot import snapshot
 from ._sse import SSEFramingError, SSEMessage, SSEParser, parse_sse, sse_frame
+from ._thinktags import ThinkTagGrammar
 from ._vocab import Vocabulary
 from ._wire import dumps, from_wire, loads, sse_event, structure, to_wire
 
@@ -29,6 +30,7 @@ __all__ = [
     "start",
     "step",
     "StreamfoldError",
+    "ThinkTagGrammar",
     "Vocabulary",
     "VocabularyError",
     "WireFormatError",

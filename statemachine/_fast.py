@@ -35,3 +35,29 @@ def replacer(cls: type[T]) -> Callable[..., T]:
     replace: Callable[..., T] = namespace["replace"]
     replace.__qualname__ = f"{cls.__name__}.replace"
     return replace
+
+
+def builder(cls: type[T], *names: str) -> Callable[..., T]:
+    """A positional constructor for a frozen attrs class, skipping `__init__`'s keyword work.
+
+    Fields not named keep their defaults (the wire `type`, empty logprobs). For the reducer's
+    own events on the hot path only: arguments are not validated.
+    """
+    fields = attrs.fields(cls)  # type: ignore[arg-type]
+    missing = [f.name for f in fields if f.name not in names and f.default is attrs.NOTHING]
+    if missing:
+        raise TypeError(f"builder({cls.__name__}) must set {missing}")
+    lines = [f"    _set_{name}(new, {name})" for name in names]
+    lines += [f"    _set_{f.name}(new, _default_{f.name})" for f in fields if f.name not in names]
+    source = (
+        f"def build({', '.join(names)}):\n    new = _new(_cls)\n" + "\n".join(lines) + "\n"
+        "    return new\n"
+    )
+    namespace: dict[str, Any] = {"_new": object.__new__, "_cls": cls}
+    for f in fields:
+        namespace[f"_set_{f.name}"] = cls.__dict__[f.name].__set__
+        namespace[f"_default_{f.name}"] = f.default
+    exec(source, namespace)  # the generated code only sets named slots
+    build: Callable[..., T] = namespace["build"]
+    build.__qualname__ = f"{cls.__name__}.build"
+    return build

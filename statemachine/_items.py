@@ -27,7 +27,7 @@ import attrs
 
 from . import _events as ev
 from . import _model as m
-from ._fast import replacer
+from ._fast import builder, replacer
 from ._text import Rope, flush_utf8, rope_items, rope_text
 from ._vocab import Vocabulary
 
@@ -169,34 +169,47 @@ def _text_logprob(vocab: Vocabulary, entry: tuple[int, float, Any]) -> m.TextLog
     )
 
 
-# Per kind: the delta event for one piece of text, built positionally-cheap (hot path).
+# Per kind: the delta event for one piece of text, built without `__init__`'s keyword
+# handling because it runs for nearly every token (see `_fast.builder`).
+_text_delta = builder(
+    ev.ResponseTextDeltaEvent,
+    "sequence_number",
+    "item_id",
+    "output_index",
+    "content_index",
+    "delta",
+    "logprobs",
+)
+_reasoning_delta = builder(
+    ev.ResponseReasoningTextDeltaEvent,
+    "sequence_number",
+    "item_id",
+    "output_index",
+    "content_index",
+    "delta",
+)
+_plain_deltas = {
+    kind: builder(cls, "sequence_number", "item_id", "output_index", "delta")
+    for kind, cls in (
+        ("function_call", ev.ResponseFunctionCallArgumentsDeltaEvent),
+        ("code_interpreter_call", ev.ResponseCodeInterpreterCallCodeDeltaEvent),
+        ("mcp_call", ev.ResponseMcpCallArgumentsDeltaEvent),
+    )
+}
+
+
+def _plain_delta(build: Any) -> Any:
+    return lambda seq, item, text, _: build(seq, item.item_id, item.output_index, text)
+
+
 _DELTAS: dict[str, Any] = {
-    "message": lambda seq, item, text, logprobs: ev.ResponseTextDeltaEvent(
-        sequence_number=seq,
-        item_id=item.item_id,
-        output_index=item.output_index,
-        content_index=0,
-        delta=text,
-        logprobs=logprobs,
+    "message": lambda seq, item, text, logprobs: _text_delta(
+        seq, item.item_id, item.output_index, 0, text, logprobs
     ),
-    "reasoning": lambda seq, item, text, _: ev.ResponseReasoningTextDeltaEvent(
-        sequence_number=seq,
-        item_id=item.item_id,
-        output_index=item.output_index,
-        content_index=0,
-        delta=text,
+    "reasoning": lambda seq, item, text, _: _reasoning_delta(
+        seq, item.item_id, item.output_index, 0, text
     ),
-    "function_call": lambda seq, item, text, _: ev.ResponseFunctionCallArgumentsDeltaEvent(
-        sequence_number=seq, item_id=item.item_id, output_index=item.output_index, delta=text
-    ),
-    "code_interpreter_call": lambda seq, item, text, _: (
-        ev.ResponseCodeInterpreterCallCodeDeltaEvent(
-            sequence_number=seq, item_id=item.item_id, output_index=item.output_index, delta=text
-        )
-    ),
-    "mcp_call": lambda seq, item, text, _: ev.ResponseMcpCallArgumentsDeltaEvent(
-        sequence_number=seq, item_id=item.item_id, output_index=item.output_index, delta=text
-    ),
+    **{kind: _plain_delta(build) for kind, build in _plain_deltas.items()},
     # web_search_call has no delta event: its arguments become the action on close.
     "web_search_call": None,
 }
