@@ -32,6 +32,8 @@ __all__ = [
     "ENGINES",
     "Engine",
     "EngineFactory",
+    "EngineSetupError",
+    "LazySource",
     "ReplayEngine",
     "UnknownModelError",
     "bundled_traces_dir",
@@ -105,4 +107,61 @@ def replay_engine(args: argparse.Namespace) -> Engine:
     return ReplayEngine(directory, delay=getattr(args, "replay_delay", 0.0)).engine()
 
 
-ENGINES: dict[str, EngineFactory] = {"replay": replay_engine}
+class EngineSetupError(StreamfoldError, ValueError):
+    """`serve --engine X` cannot build X here; the message says what to install or pass."""
+
+
+class LazySource:
+    """Builds its token source on first use, inside the server's event loop.
+
+    vLLM's `AsyncLLM` starts its output handler on the running loop, so it must not be built
+    before uvicorn starts one.
+    """
+
+    def __init__(self, build: Callable[[], TokenSource]) -> None:
+        self._build = build
+        self._source: TokenSource | None = None
+
+    def generate(self, request: GenerationRequest) -> AsyncIterator[TokenChunk]:
+        if self._source is None:
+            self._source = self._build()
+        return self._source.generate(request)
+
+
+def _harmony_grammar(model: str) -> Grammar:
+    """Every model served through vLLM or SGLang is read as gpt-oss (harmony)."""
+    from streamfold.statemachine import HarmonyGrammar
+    from streamfold.vocab import load_harmony_vocabulary
+
+    return HarmonyGrammar(vocabulary=load_harmony_vocabulary())
+
+
+def _gpu_engine(name: str) -> EngineFactory:
+    def factory(args: argparse.Namespace) -> Engine:
+        import importlib.util
+
+        from .engine_args import EngineArgumentError, build_engine_source, parse_engine_args
+
+        if importlib.util.find_spec(name) is None:
+            raise EngineSetupError(
+                f"--engine {name} needs the {name!r} package: pip install 'streamfold[{name}]' "
+                "on a machine with a CUDA GPU"
+            )
+        model = getattr(args, "model", None)
+        if not model:
+            raise EngineSetupError(f"--engine {name} needs --model NAME_OR_PATH")
+        try:
+            options = parse_engine_args(getattr(args, "engine_arg", []) or [])
+        except EngineArgumentError as exc:
+            raise EngineSetupError(str(exc)) from exc
+        source = LazySource(lambda: build_engine_source(name, model, **options))
+        return Engine(source=source, grammar=_harmony_grammar)
+
+    return factory
+
+
+ENGINES: dict[str, EngineFactory] = {
+    "replay": replay_engine,
+    "vllm": _gpu_engine("vllm"),
+    "sglang": _gpu_engine("sglang"),
+}

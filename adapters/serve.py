@@ -48,6 +48,15 @@ def add_serve_parser(
         metavar="SECONDS",
         help="replay: pause before each chunk, to mimic an engine's pace",
     )
+    p.add_argument("--model", help="vllm, sglang, native: the model name or path to load")
+    p.add_argument(
+        "--engine-arg",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="vllm, sglang: an engine option passed through (repeatable; VALUE is JSON when it "
+        "parses, else a string)",
+    )
     p.add_argument("--host", default="127.0.0.1", help="interface to bind (default 127.0.0.1)")
     p.add_argument("--port", type=int, default=8000, help="TCP port (default 8000)")
     p.add_argument(
