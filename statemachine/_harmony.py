@@ -24,8 +24,8 @@ from typing import Any, Literal
 import attrs
 
 from ._header import Header, parse_header
-from ._items import _DELTAS, ItemKind, Out, append_bytes, append_text, open_item, replace_item
-from ._reducer import ResponseState, close_open, replace_state
+from ._items import _DELTAS, ItemKind, Out, append_bytes, append_text, replace_item
+from ._reducer import ResponseState, close_open, open_next, replace_state
 from ._text import Rope, rope_items
 from ._vocab import Vocabulary
 
@@ -197,16 +197,8 @@ class HarmonyGrammar:
 
     def _open(self, state: ResponseState, out: Out, header: Header) -> ResponseState:
         kind, name, label, phase = self._route(state, header)
-        item = open_item(
-            out,
-            kind=kind,
-            output_index=state.next_output_index,
-            response_id=state.response.id,
-            name=name,
-            server_label=label,
-            phase=phase,
-        )
-        return attrs.evolve(state, open=item)
+        item = open_next(out, state, kind, name=name, server_label=label, phase=phase)
+        return replace_state(state, open=item)
 
     def _route(
         self, state: ResponseState, header: Header

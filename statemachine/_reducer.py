@@ -27,10 +27,19 @@ from . import _events as ev
 from . import _model as m
 from ._errors import ReducerUsageError
 from ._fast import replacer
-from ._items import OpenItem, Out, close_item
+from ._items import ItemKind, OpenItem, Out, close_item, open_item
 from ._vocab import Vocabulary
 
-__all__ = ["FinishReason", "Grammar", "ResponseState", "finish", "start", "step"]
+__all__ = [
+    "FinishReason",
+    "Grammar",
+    "ResponseState",
+    "close_open",
+    "finish",
+    "open_next",
+    "start",
+    "step",
+]
 
 FinishReason = Literal["stop", "length", "abort", "error"]
 _REASONS = ("stop", "length", "abort", "error")
@@ -126,6 +135,20 @@ def step(
     if new.output_tokens == state.output_tokens or new.seq != out.seq:
         new = replace_state(new, seq=out.seq, output_tokens=state.output_tokens + 1)
     return new, out.events
+
+
+def open_next(out: Out, state: ResponseState, kind: ItemKind, **identity: Any) -> OpenItem:
+    """Open the next item of `state`'s response (its output index and ids follow from the state).
+
+    `identity` is `name`, `server_label` or `phase`, as the kind needs.
+    """
+    return open_item(
+        out,
+        kind=kind,
+        output_index=state.next_output_index,
+        response_id=state.response.id,
+        **identity,
+    )
 
 
 def close_open(state: ResponseState, out: Out, *, complete: bool) -> ResponseState:

@@ -59,8 +59,8 @@ import attrs
 from ._errors import ReducerUsageError
 from ._fast import replacer
 from ._hermes import HEAD_LIMIT, ArgumentsScan, match_head, parse_call
-from ._items import ItemKind, Out, append_text, open_item
-from ._reducer import ResponseState, close_open, replace_state
+from ._items import ItemKind, Out, append_text
+from ._reducer import ResponseState, close_open, open_next, replace_state
 from ._text import Rope, decode_utf8, flush_utf8, rope_text
 from ._vocab import Vocabulary
 
@@ -285,13 +285,7 @@ class ThinkTagGrammar:
                 name, start = found
                 body = rope_text(call.body)  # at most HEAD_LIMIT + one token, once per call
                 state = _close(state, out)
-                item = open_item(
-                    out,
-                    kind="function_call",
-                    output_index=state.next_output_index,
-                    response_id=state.response.id,
-                    name=name,
-                )
+                item = open_next(out, state, "function_call", name=name)
                 state = replace_state(state, open=item)
                 call = ToolCallParse(phase="arguments")
                 return _stream_arguments(state, out, call, body[start:])
@@ -312,13 +306,7 @@ class ThinkTagGrammar:
             return _run_text(state, out, "message", literal)
         name, arguments = parsed
         state = _close(state, out)
-        item = open_item(
-            out,
-            kind="function_call",
-            output_index=state.next_output_index,
-            response_id=state.response.id,
-            name=name,
-        )
+        item = open_next(out, state, "function_call", name=name)
         state = replace_state(state, open=append_text(out, item, arguments))
         return _close(state, out)
 
@@ -371,9 +359,7 @@ def _run_text(state: ResponseState, out: Out, kind: ItemKind, text: str) -> Resp
         if not text:
             return state
         state = _close(state, out)
-        item = open_item(
-            out, kind=kind, output_index=state.next_output_index, response_id=state.response.id
-        )
+        item = open_next(out, state, kind)
         blank = ""
     delta, blank = _split_blank(blank, text)
     if blank != state.parse.blank:
