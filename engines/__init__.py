@@ -10,6 +10,7 @@ from ._source import (
     TokenChunk,
     TokenSource,
 )
+from ._trace import Trace, TraceFormatError, dump_trace, parse_trace, read_trace, write_trace
 from .cli_native import build_native_engine, record_trace
 from .gptoss_config import GptOssConfig, RopeConfig, load_config
 from .gptoss_errors import (
@@ -21,17 +22,18 @@ from .gptoss_errors import (
     UnsupportedDtypeError,
     UnsupportedQuantizationError,
 )
+from .replay import ReplaySource, TraceDirectorySource, UnknownTraceError
 
 # Names whose modules import torch: resolved on first attribute access only.
 _LAZY = {
     "GptOssModel": ".gptoss_model",
     "DenseAttention": ".gptoss_model",
-    "load_weights": ".gptoss_weights",
     "EngineCore": ".engine_core",
     "NativeEngine": ".native",
     "init_model": ".init_model",
     "dequantize_mxfp4": ".mxfp4",
     "quantize_mxfp4": ".mxfp4",
+    "load_weights": ".gptoss_weights",
 }
 
 __all__ = [
@@ -46,20 +48,29 @@ __all__ = [
     "GptOssModel",
     "MissingTensorError",
     "NativeEngine",
+    "ReplaySource",
     "RopeConfig",
     "SamplingParams",
     "TensorShapeError",
     "TokenChunk",
     "TokenSource",
+    "Trace",
+    "TraceDirectorySource",
+    "TraceFormatError",
+    "UnknownTraceError",
     "UnsupportedDtypeError",
     "UnsupportedQuantizationError",
     "build_native_engine",
     "dequantize_mxfp4",
+    "dump_trace",
     "init_model",
     "load_config",
     "load_weights",
+    "parse_trace",
     "quantize_mxfp4",
+    "read_trace",
     "record_trace",
+    "write_trace",
 ]
 
 

@@ -57,6 +57,7 @@ class GenerationRequest:
 
     request_id: str
     prompt_token_ids: tuple[int, ...]
+    model: str = ""
     max_output_tokens: int | None = None
     sampling: SamplingParams = SamplingParams()
     stop_token_ids: tuple[int, ...] = ()
@@ -69,6 +70,8 @@ class TokenChunk:
     `logprobs`, when present, has one float per token. `top_logprobs`, when present, has one
     tuple of `(token_id, logprob)` pairs per token. A chunk may carry no tokens at all (a final
     chunk that only reports the finish reason). `error` explains a `finish_reason == "error"`.
+    `stop_reason`, on a `"stop"` chunk, is what the engine matched (a stop token id or a stop
+    string; vLLM gives None for the model's own end-of-sequence token), kept for traces.
     """
 
     token_ids: tuple[int, ...] = ()
@@ -76,6 +79,7 @@ class TokenChunk:
     top_logprobs: tuple[tuple[tuple[int, float], ...], ...] | None = None
     finish_reason: FinishReason | None = None
     error: str | None = None
+    stop_reason: int | str | None = None
 
     def __attrs_post_init__(self) -> None:
         if self.logprobs is not None and len(self.logprobs) != len(self.token_ids):

@@ -1,1 +1,46 @@
-"""streamfold.statemachine."""
+"""The pure core: Responses event values, their wire format, and the token reducer.
+
+Nothing here does I/O, reads a clock, draws random numbers, or imports torch or anyio.
+"""
+
+from ._errors import ReducerUsageError, StreamfoldError, VocabularyError, WireFormatError
+from ._events import *  # noqa: F403
+from ._events import __all__ as _events_all
+from ._harmony import HarmonyGrammar
+from ._model import *  # noqa: F403
+from ._model import __all__ as _model_all
+from ._reducer import FinishReason, ResponseState, finish, start, step
+from ._snapshot import snapshot
+from ._sse import SSEFramingError, SSEMessage, SSEParser, parse_sse, sse_frame
+from ._thinktags import ThinkTagGrammar
+from ._vocab import Vocabulary
+from ._wire import dumps, from_wire, loads, sse_event, structure, to_wire
+
+__all__ = [
+    "FinishReason",
+    "HarmonyGrammar",
+    "ReducerUsageError",
+    "SSEFramingError",
+    "SSEMessage",
+    "SSEParser",
+    "ResponseState",
+    "finish",
+    "snapshot",
+    "sse_event",
+    "start",
+    "step",
+    "StreamfoldError",
+    "ThinkTagGrammar",
+    "Vocabulary",
+    "VocabularyError",
+    "WireFormatError",
+    "dumps",
+    "from_wire",
+    "loads",
+    "parse_sse",
+    "sse_frame",
+    "structure",
+    "to_wire",
+    *_events_all,
+    *_model_all,
+]

@@ -1,0 +1,103 @@
+"""What the vLLM and SGLang adapters share: typed errors, the error chunk, and the release step.
+
+Engine failures are data. An exception raised by an engine while it streams (a dead engine, a
+CUDA error, a request it rejects) ends the chunk stream with one final chunk whose
+`finish_reason` is `"error"` and whose `error` names the engine and the exception; it is never
+re-raised. The driver turns that chunk into `response.failed`, so a client always gets a
+conformant terminal event and keeps the text generated so far (bugs #29 and #38 in the peers'
+bug catalogue: a raised error became a non-event or an HTTP 500 in the middle of a stream). The
+traceback goes to this module's logger, so operators still see it. Cancellation
+(`GeneratorExit`, `asyncio.CancelledError`, `trio.Cancelled`) is not an engine failure and always
+propagates.
+"""
+
+from __future__ import annotations
+
+import inspect
+import logging
+from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import Any
+
+import anyio
+
+from streamfold.engines import TokenChunk
+
+__all__ = [
+    "EngineNotInstalledError",
+    "EngineOutputError",
+]
+
+logger = logging.getLogger("streamfold.adapters")
+
+
+class EngineNotInstalledError(ImportError):
+    """An engine adapter was asked to build a real engine that is not installed here."""
+
+    def __init__(self, *, engine: str, extra: str, cause: BaseException) -> None:
+        super().__init__(
+            f"building a {engine} engine needs the {engine!r} package, which failed to import"
+            f" ({type(cause).__name__}: {cause}); install it with"
+            f" `pip install 'streamfold[{extra}]'` on a machine with a CUDA GPU, or pass an"
+            f" engine object you built yourself to the token source"
+        )
+        self.engine = engine
+
+
+class EngineOutputError(Exception):
+    """An engine yielded output that breaks its own documented contract.
+
+    Raised inside an adapter's stream and turned into its final error chunk, like any other
+    engine failure; it is public so tests and callers can name it.
+    """
+
+
+def error_chunk(engine: str, request_id: str, exc: BaseException) -> TokenChunk:
+    """The final chunk that reports an engine failure, with the cause chain in the message."""
+    logger.error("%s failed while streaming request %s", engine, request_id, exc_info=exc)
+    detail = str(exc)
+    message = f"{engine} engine failed: {type(exc).__name__}" + (f": {detail}" if detail else "")
+    # vLLM raises `EngineGenerateError()` with no message `from` the real error: name the cause.
+    cause = exc.__cause__
+    if cause is not None:
+        message += f" (caused by {type(cause).__name__}: {cause})"
+    return TokenChunk(finish_reason="error", error=message)
+
+
+async def release(
+    engine: str,
+    request_id: str,
+    outputs: AsyncIterator[Any] | None,
+    abort: Callable[[], object] | None,
+) -> None:
+    """Abort an unfinished request, then close the engine's output stream.
+
+    Runs from the adapter's `finally`, often while a cancellation or `GeneratorExit` is in
+    flight, so it is shielded (anyio re-delivers a cancellation at every await inside a
+    cancelled scope, which would skip the abort). The abort comes *before* the close: SGLang's
+    `generate_request` drops the request's state when its generator is closed, after which
+    `abort_request` silently ignores the rid and the scheduler keeps decoding.
+
+    A failing abort is logged, not raised: this code runs while another exception is already
+    propagating (the consumer went away), and replacing it would break the caller's cancellation.
+    """
+    with anyio.CancelScope(shield=True):
+        if abort is not None:
+            try:
+                await _maybe_await(abort())
+            except Exception:
+                logger.exception("%s could not abort request %s", engine, request_id)
+        aclose: Callable[[], Awaitable[object]] | None = getattr(outputs, "aclose", None)
+        if aclose is not None:
+            try:
+                await aclose()
+            except Exception:
+                logger.exception(
+                    "%s's output stream for request %s failed while closing", engine, request_id
+                )
+
+
+async def _maybe_await(result: object) -> None:
+    # vLLM's `AsyncLLM.abort` is a coroutine; SGLang's `TokenizerManager.abort_request` is a
+    # plain method that only sends a message to the scheduler.
+    if inspect.isawaitable(result):
+        await result

@@ -1,0 +1,166 @@
+"""The anyio driver: pulls token chunks from a `TokenSource`, steps the reducer one token at a
+time, and hands the events on. It makes no protocol decision; `start`/`step`/`finish` do.
+
+Backpressure: everything here is a pull-based async generator. The source's next chunk is only
+requested when the consumer asks for the next event batch, so a slow consumer (a slow HTTP
+client behind a flow-controlled socket) slows the engine down, and at most one chunk is held
+in memory per stream. No queue sits between the two, so nothing can grow without bound.
+
+Cancellation: when the consumer goes away (it closes the iterator, its task is cancelled, a
+timeout fires), the source's async generator is closed (`aclose()`), which runs its `finally`
+block, where an engine aborts the request. The close is shielded from the cancellation that
+caused it (with a time limit), because a cancelled scope would otherwise cancel the engine's
+own abort call half-way and leak the request. (A cancellation that lands while the source
+itself is awaiting the engine runs the source's `finally` inside the cancelled scope; a source
+whose abort awaits must shield that await itself.)
+
+Faults: a source that raises mid-stream ends the response with `response.failed` (via
+`finish(state, "error", ...)`) after the events already produced; the message names the
+exception type. A source that stops without a finish reason is treated the same way.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import AsyncGenerator, AsyncIterator, Iterator
+from typing import Any
+
+import anyio
+
+from streamfold.engines import GenerationRequest, TokenChunk, TokenSource
+from streamfold.statemachine import Event, Response, ResponseState, dumps, finish, start, step
+from streamfold.statemachine._reducer import FinishReason, Grammar
+from streamfold.statemachine._sse import sse_frame
+
+__all__ = [
+    "ABORT_GRACE_SECONDS",
+    "Generation",
+    "sse_frame",
+    "stream_events",
+    "stream_sse",
+]
+
+# How long a source's `finally` (the engine abort) may take once its consumer has gone.
+ABORT_GRACE_SECONDS = 5.0
+
+NO_FINISH = "the token source stopped without a finish reason"
+
+
+def _tokens(chunk: TokenChunk) -> Iterator[tuple[int, float | None, Any]]:
+    logprobs = chunk.logprobs or (None,) * len(chunk.token_ids)
+    tops = chunk.top_logprobs or (None,) * len(chunk.token_ids)
+    return zip(chunk.token_ids, logprobs, tops, strict=True)
+
+
+async def _close(chunks: AsyncIterator[TokenChunk]) -> None:
+    aclose = getattr(chunks, "aclose", None)
+    if aclose is None:
+        return
+    with anyio.move_on_after(ABORT_GRACE_SECONDS, shield=True):
+        await aclose()
+
+
+class Generation:
+    """One response being generated: a source, a request, and the reducer state between chunks.
+
+    `batches()` yields the events of `start`, then one list per source chunk (the events of all
+    its tokens), then those of `finish`. A consumer that records batches whole never stores
+    half a step. When the consumer stops early, `close(reason, message)` still gives the
+    terminal events (e.g. to write a `cancelled` response to a log); it returns `[]` once the
+    response is finished.
+    """
+
+    def __init__(
+        self,
+        source: TokenSource,
+        request: GenerationRequest,
+        grammar: Grammar,
+        response: Response,
+        *,
+        input_tokens: int | None = None,
+    ) -> None:
+        self.source = source
+        self.request = request
+        self.grammar = grammar
+        self.response = response
+        self.input_tokens = len(request.prompt_token_ids) if input_tokens is None else input_tokens
+        self.state: ResponseState | None = None
+
+    @property
+    def finished(self) -> bool:
+        return self.state is not None and self.state.finished
+
+    def _start(self) -> list[Event]:
+        self.state, events = start(self.grammar, self.response, input_tokens=self.input_tokens)
+        return events
+
+    def close(self, reason: FinishReason, message: str | None = None) -> list[Event]:
+        """Finish the response now (if it is not finished) and return its closing events."""
+        events = [] if self.state is not None else self._start()
+        if self.state is None or self.state.finished:
+            return events
+        self.state, closing = finish(self.state, reason, message)
+        return events + closing
+
+    async def batches(self) -> AsyncGenerator[list[Event], None]:
+        """The events, one list per source chunk (see the class docstring)."""
+        yield self._start()
+        reason: FinishReason = "error"
+        message: str | None = NO_FINISH
+        pending: list[Event] = []
+        chunks: AsyncIterator[TokenChunk] | None = None
+        try:
+            chunks = self.source.generate(self.request)
+            async for chunk in chunks:
+                for token, logprob, top in _tokens(chunk):
+                    assert self.state is not None  # set by _start above
+                    self.state, produced = step(self.state, token, logprob, top)
+                    pending.extend(produced)
+                if chunk.finish_reason is not None:
+                    reason, message = chunk.finish_reason, chunk.error
+                    break
+                if pending:
+                    batch, pending = pending, []
+                    yield batch
+        except Exception as exc:  # the engine failed: report it in-band, keep what was sent
+            reason, message = "error", f"generation failed: {type(exc).__name__}: {exc}"
+        finally:
+            if chunks is not None:
+                await _close(chunks)
+        yield pending + self.close(reason, message)
+
+
+async def stream_events(
+    source: TokenSource,
+    request: GenerationRequest,
+    grammar: Grammar,
+    response: Response,
+    *,
+    input_tokens: int | None = None,
+) -> AsyncGenerator[Event, None]:
+    """Drive `source` through the reducer and yield every event, ending with the terminal one.
+
+    Close the iterator (or cancel its consumer) to abort the generation: use
+    `contextlib.aclosing(stream_events(...))` so that happens at once rather than at garbage
+    collection.
+    """
+    generation = Generation(source, request, grammar, response, input_tokens=input_tokens)
+    async with contextlib.aclosing(generation.batches()) as batches:
+        async for batch in batches:
+            for event in batch:
+                yield event
+
+
+async def stream_sse(
+    source: TokenSource,
+    request: GenerationRequest,
+    grammar: Grammar,
+    response: Response,
+    *,
+    input_tokens: int | None = None,
+) -> AsyncGenerator[bytes, None]:
+    """`stream_events`, framed as the `text/event-stream` body of a Responses API stream."""
+    events = stream_events(source, request, grammar, response, input_tokens=input_tokens)
+    async with contextlib.aclosing(events):
+        async for event in events:
+            yield sse_frame(event.type, dumps(event))

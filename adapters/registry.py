@@ -1,0 +1,167 @@
+"""Engines the server can run, by name: a token source plus the grammar for a model name.
+
+`streamfold serve --engine NAME` looks NAME up in `ENGINES`; each entry builds an `Engine` from
+the parsed command line. `replay` (the default) replays recorded traces, so the server works on
+a fresh machine with nothing else. The native and vLLM engines register here when they land:
+
+    ENGINES["vllm"] = lambda args: Engine(source=..., grammar=lambda model: harmony_grammar())
+"""
+
+from __future__ import annotations
+
+import argparse
+import functools
+from collections.abc import AsyncIterator, Callable
+from importlib import resources
+from pathlib import Path
+
+import attrs
+
+from streamfold.engines import (
+    GenerationRequest,
+    ReplaySource,
+    TokenChunk,
+    TokenSource,
+    TraceDirectorySource,
+    TraceFormatError,
+)
+from streamfold.statemachine import StreamfoldError
+from streamfold.statemachine._reducer import Grammar
+
+__all__ = [
+    "ENGINES",
+    "Engine",
+    "EngineFactory",
+    "EngineSetupError",
+    "LazySource",
+    "ReplayEngine",
+    "UnknownModelError",
+    "bundled_traces_dir",
+    "replay_engine",
+]
+
+
+class UnknownModelError(StreamfoldError, LookupError):
+    """A request named a model the engine does not serve; the message lists what it serves."""
+
+
+@attrs.frozen(kw_only=True)
+class Engine:
+    """What the server needs from an engine: a source, and the grammar for a model name
+    (`grammar(model)` raises `UnknownModelError` for a model it does not serve)."""
+
+    source: TokenSource
+    grammar: Callable[[str], Grammar]
+
+
+EngineFactory = Callable[[argparse.Namespace], Engine]
+
+
+def bundled_traces_dir() -> Path:
+    """The traces shipped in `streamfold.specs` (`specs/traces/`)."""
+    return Path(str(resources.files("streamfold.specs").joinpath("traces")))
+
+
+class ReplayEngine:
+    """Replays `DIR/<model>.jsonl` for a request whose model is `<model>`.
+
+    Traces are read once and kept; `delay` seconds pass before each chunk, to stand in for a
+    real engine's pace.
+    """
+
+    def __init__(self, directory: str | Path, *, delay: float = 0.0) -> None:
+        self.directory = TraceDirectorySource(directory, delay=delay)  # checks the directory
+        self.delay = delay
+
+    @functools.cache  # noqa: B019 - one engine per server; traces are few and small
+    def _source(self, model: str) -> tuple[ReplaySource, Grammar]:
+        from streamfold.replay import grammar_for
+
+        served = self.directory.models()
+        if model not in served:  # also keeps `x.golden` (expected events, not a trace) out
+            raise UnknownModelError(
+                f"the model {model!r} does not exist: this replay server serves the traces in "
+                f"{self.directory.directory} ({', '.join(served) or 'none'})"
+            )
+        try:
+            trace = self.directory.trace_for(model)
+            grammar = grammar_for(trace.header, self.directory.directory)
+        except TraceFormatError as exc:
+            raise UnknownModelError(
+                f"the trace of model {model!r} cannot be replayed: {exc}"
+            ) from exc
+        return ReplaySource(trace, delay=self.delay), grammar
+
+    def grammar(self, model: str) -> Grammar:
+        return self._source(model)[1]
+
+    def generate(self, request: GenerationRequest) -> AsyncIterator[TokenChunk]:
+        return self._source(request.model)[0].generate(request)
+
+    def engine(self) -> Engine:
+        return Engine(source=self, grammar=self.grammar)
+
+
+def replay_engine(args: argparse.Namespace) -> Engine:
+    directory = getattr(args, "traces", None) or bundled_traces_dir()
+    return ReplayEngine(directory, delay=getattr(args, "replay_delay", 0.0)).engine()
+
+
+class EngineSetupError(StreamfoldError, ValueError):
+    """`serve --engine X` cannot build X here; the message says what to install or pass."""
+
+
+class LazySource:
+    """Builds its token source on first use, inside the server's event loop.
+
+    vLLM's `AsyncLLM` starts its output handler on the running loop, so it must not be built
+    before uvicorn starts one.
+    """
+
+    def __init__(self, build: Callable[[], TokenSource]) -> None:
+        self._build = build
+        self._source: TokenSource | None = None
+
+    def generate(self, request: GenerationRequest) -> AsyncIterator[TokenChunk]:
+        if self._source is None:
+            self._source = self._build()
+        return self._source.generate(request)
+
+
+def _harmony_grammar(model: str) -> Grammar:
+    """Every model served through vLLM or SGLang is read as gpt-oss (harmony)."""
+    from streamfold.statemachine import HarmonyGrammar
+    from streamfold.vocab import load_harmony_vocabulary
+
+    return HarmonyGrammar(vocabulary=load_harmony_vocabulary())
+
+
+def _gpu_engine(name: str) -> EngineFactory:
+    def factory(args: argparse.Namespace) -> Engine:
+        import importlib.util
+
+        from .engine_args import EngineArgumentError, build_engine_source, parse_engine_args
+
+        if importlib.util.find_spec(name) is None:
+            raise EngineSetupError(
+                f"--engine {name} needs the {name!r} package: pip install 'streamfold[{name}]' "
+                "on a machine with a CUDA GPU"
+            )
+        model = getattr(args, "model", None)
+        if not model:
+            raise EngineSetupError(f"--engine {name} needs --model NAME_OR_PATH")
+        try:
+            options = parse_engine_args(getattr(args, "engine_arg", []) or [])
+        except EngineArgumentError as exc:
+            raise EngineSetupError(str(exc)) from exc
+        source = LazySource(lambda: build_engine_source(name, model, **options))
+        return Engine(source=source, grammar=_harmony_grammar)
+
+    return factory
+
+
+ENGINES: dict[str, EngineFactory] = {
+    "replay": replay_engine,
+    "vllm": _gpu_engine("vllm"),
+    "sglang": _gpu_engine("sglang"),
+}

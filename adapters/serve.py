@@ -1,0 +1,108 @@
+"""`streamfold serve`: the Responses API server on uvicorn.
+
+Wire it into `streamfold/cli.py` with `add_serve_parser(subparsers)`; the parser's `run` default
+is `run_serve`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from pathlib import Path
+
+__all__ = ["add_serve_parser", "default_store_path", "run_serve"]
+
+
+def default_store_path() -> Path:
+    """`$STREAMFOLD_CACHE_DIR/responses.sqlite3`, else under the user cache dir."""
+    if os.environ.get("STREAMFOLD_CACHE_DIR"):
+        return Path(os.environ["STREAMFOLD_CACHE_DIR"]) / "responses.sqlite3"
+    xdg = os.environ.get("XDG_CACHE_HOME")
+    return (Path(xdg) if xdg else Path.home() / ".cache") / "streamfold" / "responses.sqlite3"
+
+
+def add_serve_parser(
+    subparsers: argparse._SubParsersAction[argparse.ArgumentParser],
+) -> argparse.ArgumentParser:
+    from .registry import ENGINES
+
+    p = subparsers.add_parser(
+        "serve",
+        help="serve the OpenAI Responses API (POST /v1/responses) over HTTP",
+        description="Serve /v1/responses for the official openai client. With --engine replay "
+        "(the default) a request's `model` names a trace file: model 'weather_call' replays "
+        "TRACES/weather_call.jsonl.",
+    )
+    p.add_argument("--engine", choices=sorted(ENGINES), default="replay", help="token source")
+    p.add_argument(
+        "--traces",
+        type=Path,
+        default=None,
+        help="replay: directory of trace files (default: the traces bundled with streamfold)",
+    )
+    p.add_argument(
+        "--replay-delay",
+        type=float,
+        default=0.0,
+        metavar="SECONDS",
+        help="replay: pause before each chunk, to mimic an engine's pace",
+    )
+    p.add_argument("--model", help="vllm, sglang, native: the model name or path to load")
+    p.add_argument(
+        "--engine-arg",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="vllm, sglang: an engine option passed through (repeatable; VALUE is JSON when it "
+        "parses, else a string)",
+    )
+    p.add_argument("--host", default="127.0.0.1", help="interface to bind (default 127.0.0.1)")
+    p.add_argument("--port", type=int, default=8000, help="TCP port (default 8000)")
+    p.add_argument(
+        "--store",
+        default=None,
+        metavar="PATH",
+        help="SQLite file of the event log (default: "
+        f"{default_store_path()}); ':memory:' keeps nothing across restarts",
+    )
+    p.add_argument("--log-level", default="info", choices=("debug", "info", "warning", "error"))
+    p.set_defaults(run=run_serve)
+    return p
+
+
+def run_serve(args: argparse.Namespace) -> int:
+    try:
+        import uvicorn
+    except ImportError:
+        print(
+            "streamfold serve: the server needs uvicorn and starlette; "
+            "pip install 'streamfold[server]'",
+            file=sys.stderr,
+        )
+        return 2
+    from streamfold.statemachine import StreamfoldError
+
+    from .registry import ENGINES
+    from .server import EventStore, MemoryEventStore, SQLiteEventStore, create_app
+
+    try:
+        engine = ENGINES[args.engine](args)
+        store: EventStore
+        if args.store == ":memory:":
+            store = MemoryEventStore()
+        else:
+            store = SQLiteEventStore(args.store or default_store_path())
+    except StreamfoldError as exc:
+        print(f"streamfold serve: {exc}", file=sys.stderr)
+        return 2
+    # Followers of a background response hold their connection until it ends, and it ends
+    # when the lifespan cancels it after the connections close: bound that wait.
+    uvicorn.run(
+        create_app(engine, store=store),
+        host=args.host,
+        port=args.port,
+        log_level=args.log_level,
+        timeout_graceful_shutdown=10,
+    )
+    return 0

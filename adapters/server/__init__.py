@@ -1,0 +1,58 @@
+"""The OpenAI-compatible Responses API server (`streamfold serve`), as a mountable Starlette app.
+
+Needs the `server` extra (starlette, uvicorn). `create_app(engine, store=...)` is the ASGI app;
+`ENGINES` maps `--engine` names to engine factories; `EventStore` is the event-log interface,
+with `MemoryEventStore` and `SQLiteEventStore`.
+"""
+
+from ..registry import (
+    ENGINES,
+    Engine,
+    EngineFactory,
+    ReplayEngine,
+    UnknownModelError,
+    bundled_traces_dir,
+    replay_engine,
+)
+from ..serve import add_serve_parser, default_store_path, run_serve
+from ._app import EventStreamResponse, create_app
+from ._prompt import render_prompt, stop_token_ids
+from ._requests import CreateRequest, RequestError, parse_create_request
+from ._service import Prepared, ResponseService, ServiceNotRunningError
+from ._sqlite import SQLiteEventStore
+from ._store import (
+    EventRecord,
+    EventStore,
+    MemoryEventStore,
+    StoredResponse,
+    StoreError,
+)
+
+__all__ = [
+    "ENGINES",
+    "CreateRequest",
+    "Engine",
+    "EngineFactory",
+    "EventRecord",
+    "EventStore",
+    "EventStreamResponse",
+    "MemoryEventStore",
+    "Prepared",
+    "ReplayEngine",
+    "RequestError",
+    "ResponseService",
+    "SQLiteEventStore",
+    "ServiceNotRunningError",
+    "StoreError",
+    "StoredResponse",
+    "UnknownModelError",
+    "add_serve_parser",
+    "bundled_traces_dir",
+    "create_app",
+    "default_store_path",
+    "parse_create_request",
+    "render_prompt",
+    "replay_engine",
+    "run_serve",
+    "stop_token_ids",
+]

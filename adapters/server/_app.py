@@ -1,0 +1,189 @@
+"""The ASGI app: `/v1/responses` routes over a `ResponseService`, as a mountable Starlette app.
+
+HTTP concerns only: status codes, the OpenAI error JSON, SSE framing on the wire, and noticing
+when a streaming client has gone. Every decision about a response is the service's.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+from collections.abc import AsyncIterator
+from typing import Any
+
+import anyio
+from starlette.applications import Starlette
+from starlette.exceptions import HTTPException
+from starlette.requests import Request
+from starlette.responses import JSONResponse
+from starlette.routing import Route
+from starlette.types import Receive, Scope, Send
+
+from ..registry import Engine
+from ._requests import RequestError
+from ._service import ResponseService, ServiceNotRunningError
+from ._store import EventStore, MemoryEventStore
+
+__all__ = ["EventStreamResponse", "create_app"]
+
+log = logging.getLogger("streamfold.server")
+
+
+_SSE_HEADERS = (
+    (b"content-type", b"text/event-stream; charset=utf-8"),
+    (b"cache-control", b"no-cache"),
+    (b"x-accel-buffering", b"no"),  # proxies must not buffer a live stream
+)
+
+
+class EventStreamResponse:
+    """`text/event-stream` whose body iterator is closed the moment the client goes away.
+
+    Starlette's `StreamingResponse` leaves a half-read generator to the garbage collector when
+    the client disconnects (uvicorn then drops writes silently), so the engine would keep
+    generating for nobody. Here a watcher waits for `http.disconnect` and cancels the stream,
+    and the body is closed (shielded) at once, which closes the driver and aborts the engine.
+    """
+
+    def __init__(self, body: AsyncIterator[bytes]) -> None:
+        self.body = body
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        await send({"type": "http.response.start", "status": 200, "headers": list(_SSE_HEADERS)})
+        async with anyio.create_task_group() as tg:
+
+            async def watch() -> None:
+                while (await receive())["type"] != "http.disconnect":
+                    pass
+                tg.cancel_scope.cancel()
+
+            tg.start_soon(watch)
+            try:
+                async for chunk in self.body:
+                    await send({"type": "http.response.body", "body": chunk, "more_body": True})
+                await send({"type": "http.response.body", "body": b"", "more_body": False})
+            finally:
+                with anyio.CancelScope(shield=True):
+                    await self.body.aclose()  # type: ignore[attr-defined]
+            tg.cancel_scope.cancel()
+
+
+def _error(exc: RequestError) -> JSONResponse:
+    return JSONResponse(exc.body(), status_code=exc.status)
+
+
+async def _body(request: Request) -> Any:
+    try:
+        return json.loads(await request.body())
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise RequestError(
+            f"We could not parse the JSON body of your request ({exc}); send a JSON object"
+        ) from exc
+
+
+def _service(request: Request) -> ResponseService:
+    return request.app.state.streamfold  # type: ignore[no-any-return]
+
+
+async def create_response(request: Request) -> Any:
+    service = _service(request)
+    prepared = await service.prepare(await _body(request))
+    if prepared.request.background:
+        run = await service.start_background(prepared)
+        if prepared.request.stream:
+            return EventStreamResponse(service.follow(run.id))
+        return JSONResponse(await service.lookup(run.id))
+    if prepared.request.stream:
+        return EventStreamResponse(service.stream(prepared))
+    return JSONResponse(await service.complete(prepared))
+
+
+def _starting_after(request: Request) -> int:
+    raw = request.query_params.get("starting_after")
+    if raw is None:
+        return -1
+    try:
+        value = int(raw)
+    except ValueError:
+        value = -2
+    if value < -1:
+        raise RequestError(
+            f"starting_after must be a sequence number (an integer >= 0), got {raw!r}",
+            param="starting_after",
+        )
+    return value
+
+
+async def retrieve_response(request: Request) -> Any:
+    service = _service(request)
+    response_id = request.path_params["response_id"]
+    stream = request.query_params.get("stream", "false").lower()
+    if stream not in ("true", "false"):
+        raise RequestError(f"stream must be true or false, got {stream!r}", param="stream")
+    after = _starting_after(request)
+    response = await service.lookup(response_id)  # 404 before any byte is sent
+    if stream == "true":
+        return EventStreamResponse(service.follow(response_id, after))
+    return JSONResponse(response)
+
+
+async def cancel_response(request: Request) -> Any:
+    return JSONResponse(await _service(request).cancel(request.path_params["response_id"]))
+
+
+async def _request_error(request: Request, exc: Exception) -> JSONResponse:
+    assert isinstance(exc, RequestError)
+    return _error(exc)
+
+
+async def _http_error(request: Request, exc: Exception) -> JSONResponse:
+    assert isinstance(exc, HTTPException)
+    return _error(RequestError(str(exc.detail), status=exc.status_code))
+
+
+async def _not_running(request: Request, exc: Exception) -> JSONResponse:
+    return _error(RequestError(str(exc), status=503, type="server_error"))
+
+
+async def _server_error(request: Request, exc: Exception) -> JSONResponse:
+    log.exception("unhandled error on %s %s", request.method, request.url.path, exc_info=exc)
+    return _error(
+        RequestError(
+            f"The server had an error while processing your request ({type(exc).__name__}).",
+            status=500,
+            type="server_error",
+        )
+    )
+
+
+def create_app(engine: Engine, *, store: EventStore | None = None) -> Starlette:
+    """The Responses API as a Starlette app (routes under `/v1`), ready for uvicorn.
+
+    `store` defaults to an in-memory log. To mount it in your own app, give the outer app its
+    lifespan so background responses have somewhere to run:
+    `Starlette(routes=[Mount("/llm", app)], lifespan=app.router.lifespan_context)`.
+    """
+    service = ResponseService(engine, store if store is not None else MemoryEventStore())
+
+    @contextlib.asynccontextmanager
+    async def lifespan(app: Starlette) -> AsyncIterator[None]:
+        async with service.running():
+            yield
+
+    app = Starlette(
+        routes=[
+            Route("/v1/responses", create_response, methods=["POST"]),
+            Route("/v1/responses/{response_id}", retrieve_response, methods=["GET"]),
+            Route("/v1/responses/{response_id}/cancel", cancel_response, methods=["POST"]),
+        ],
+        exception_handlers={
+            RequestError: _request_error,
+            HTTPException: _http_error,
+            ServiceNotRunningError: _not_running,
+            Exception: _server_error,
+        },
+        lifespan=lifespan,
+    )
+    app.state.streamfold = service
+    return app

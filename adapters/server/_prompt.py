@@ -1,0 +1,120 @@
+"""A Responses request as a gpt-oss prompt: the harmony conversation, rendered to token ids.
+
+The layout is the one gpt-oss was trained on (openai-harmony's format guide, as vLLM's
+Responses server builds it): a system message carrying the reasoning effort; a developer
+message carrying `instructions` and the function tools (the `functions` namespace); then the
+conversation. Earlier assistant turns go on the `final` channel, earlier function calls on
+`commentary` addressed `to=functions.NAME`, and tool results come from `functions.NAME`.
+`system`/`developer` messages of `input` are folded into the developer instructions, since
+harmony has one system and one developer message per conversation.
+"""
+
+from __future__ import annotations
+
+import functools
+from typing import Any
+
+import openai_harmony as h
+
+from streamfold.vocab import harmony_encoding
+
+from ._requests import (
+    CreateRequest,
+    FunctionCallInput,
+    FunctionCallOutputInput,
+    MessageInput,
+    ReasoningInput,
+)
+
+__all__ = ["render_prompt", "stop_token_ids"]
+
+# Responses has a `minimal` effort that harmony lacks: the nearest is `low`.
+_EFFORT = {"minimal": "LOW", "low": "LOW", "medium": "MEDIUM", "high": "HIGH"}
+
+
+def _system(request: CreateRequest) -> Any:
+    effort = (request.reasoning and request.reasoning.effort) or "medium"
+    content = h.SystemContent.new().with_reasoning_effort(h.ReasoningEffort[_EFFORT[effort]])
+    return h.Message.from_role_and_content(h.Role.SYSTEM, content)
+
+
+def _developer(request: CreateRequest) -> Any | None:
+    parts = [request.instructions] if request.instructions else []
+    if isinstance(request.input, tuple):
+        parts += [
+            item.text
+            for item in request.input
+            if isinstance(item, MessageInput) and item.role in ("system", "developer")
+        ]
+    # tool_choice "none": the model must not call tools, so it is not shown any.
+    tools = [] if request.tool_choice == "none" else list(request.tools)
+    if not parts and not tools:
+        return None
+    content = h.DeveloperContent.new()
+    if parts:
+        content = content.with_instructions("\n\n".join(parts))
+    if tools:
+        content = content.with_function_tools(
+            [
+                h.ToolDescription.new(tool.name, tool.description or "", parameters=tool.parameters)
+                for tool in tools
+            ]
+        )
+    return h.Message.from_role_and_content(h.Role.DEVELOPER, content)
+
+
+def _turns(request: CreateRequest) -> list[Any]:
+    if isinstance(request.input, str):
+        return [h.Message.from_role_and_content(h.Role.USER, request.input)]
+    names: dict[str, str] = {}
+    messages = []
+    for item in request.input:
+        if isinstance(item, MessageInput):
+            if item.role == "user":
+                messages.append(h.Message.from_role_and_content(h.Role.USER, item.text))
+            elif item.role == "assistant":
+                messages.append(
+                    h.Message.from_role_and_content(h.Role.ASSISTANT, item.text).with_channel(
+                        "final"
+                    )
+                )
+        elif isinstance(item, ReasoningInput):
+            messages.append(
+                h.Message.from_role_and_content(h.Role.ASSISTANT, item.text).with_channel(
+                    "analysis"
+                )
+            )
+        elif isinstance(item, FunctionCallInput):
+            names[item.call_id] = item.name
+            messages.append(
+                h.Message.from_role_and_content(h.Role.ASSISTANT, item.arguments)
+                .with_channel("commentary")
+                .with_recipient(f"functions.{item.name}")
+                .with_content_type("json")
+            )
+        elif isinstance(item, FunctionCallOutputInput):
+            author = h.Author.new(h.Role.TOOL, f"functions.{names[item.call_id]}")
+            messages.append(
+                h.Message.from_author_and_content(author, item.text)
+                .with_channel("commentary")
+                .with_recipient("assistant")
+            )
+    return messages
+
+
+def render_prompt(request: CreateRequest) -> tuple[int, ...]:
+    """The prompt token ids for the assistant's next turn (ends with `<|start|>assistant`)."""
+    messages = [_system(request)]
+    developer = _developer(request)
+    if developer is not None:
+        messages.append(developer)
+    messages += _turns(request)
+    conversation = h.Conversation.from_messages(messages)
+    ids = harmony_encoding().render_conversation_for_completion(conversation, h.Role.ASSISTANT)
+    return tuple(ids)
+
+
+@functools.cache  # openai-harmony takes milliseconds to compute these
+def stop_token_ids() -> tuple[int, ...]:
+    """`<|return|>` and `<|call|>`: where an assistant turn ends."""
+    return tuple(harmony_encoding().stop_tokens_for_assistant_actions())

@@ -1,0 +1,376 @@
+"""`POST /v1/responses` bodies as typed values, read strictly, with errors that name the field.
+
+The request shapes follow the Responses API (openai-python `response_create_params`): `input` is
+a string or a list of items (messages with string or `input_text`/`output_text` content,
+`function_call`, `function_call_output`, `reasoning`), tools are function tools. Unknown
+top-level fields are ignored, as clients send options this server does not act on (`include`,
+`user`, `text`, ...); a field this server would silently get wrong (`previous_response_id`) or a
+value of the wrong type is refused with the OpenAI error JSON naming the field in `param`.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from typing import Any, Literal, TypeAlias, get_args, get_origin
+
+import attrs
+import cattrs
+from cattrs.gen import make_dict_structure_fn
+
+from streamfold.statemachine import (
+    FunctionTool,
+    ReasoningConfig,
+    StreamfoldError,
+    ToolChoiceFunction,
+)
+
+__all__ = [
+    "CreateRequest",
+    "FunctionCallInput",
+    "FunctionCallOutputInput",
+    "InputItem",
+    "MessageInput",
+    "ReasoningInput",
+    "RequestError",
+    "TextPart",
+    "parse_create_request",
+]
+
+
+class RequestError(StreamfoldError, ValueError):
+    """A request the server refuses; becomes the OpenAI error JSON with this HTTP status."""
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        param: str | None = None,
+        status: int = 400,
+        code: str | None = None,
+        type: str = "invalid_request_error",
+    ) -> None:
+        super().__init__(message)
+        self.message = message
+        self.param = param
+        self.status = status
+        self.code = code
+        self.type = type
+
+    def body(self) -> dict[str, Any]:
+        return {
+            "error": {
+                "message": self.message,
+                "type": self.type,
+                "param": self.param,
+                "code": self.code,
+            }
+        }
+
+
+@attrs.frozen(kw_only=True)
+class TextPart:
+    """An `input_text` part, or an `output_text` part of an earlier assistant message."""
+
+    type: Literal["input_text", "output_text"]
+    text: str
+
+
+@attrs.frozen(kw_only=True)
+class MessageInput:
+    type: Literal["message"] = "message"
+    role: Literal["user", "system", "developer", "assistant"]
+    content: str | tuple[TextPart, ...]
+
+    @property
+    def text(self) -> str:
+        if isinstance(self.content, str):
+            return self.content
+        return "".join(part.text for part in self.content)
+
+
+@attrs.frozen(kw_only=True)
+class FunctionCallInput:
+    """A call the model made earlier (an item of a previous response's output)."""
+
+    type: Literal["function_call"]
+    call_id: str
+    name: str
+    arguments: str
+
+
+@attrs.frozen(kw_only=True)
+class FunctionCallOutputInput:
+    """The caller's result for an earlier `function_call`, matched by `call_id`."""
+
+    type: Literal["function_call_output"]
+    call_id: str
+    output: str | tuple[TextPart, ...]
+
+    @property
+    def text(self) -> str:
+        if isinstance(self.output, str):
+            return self.output
+        return "".join(part.text for part in self.output)
+
+
+@attrs.frozen(kw_only=True)
+class ReasoningPart:
+    type: Literal["reasoning_text", "summary_text"]
+    text: str
+
+
+@attrs.frozen(kw_only=True)
+class ReasoningInput:
+    """A reasoning item of a previous response, passed back in a tool-calling loop."""
+
+    type: Literal["reasoning"]
+    content: tuple[ReasoningPart, ...] | None = None
+    summary: tuple[ReasoningPart, ...] = ()
+
+    @property
+    def text(self) -> str:
+        return "".join(part.text for part in (self.content or self.summary))
+
+
+InputItem: TypeAlias = MessageInput | FunctionCallInput | FunctionCallOutputInput | ReasoningInput
+ToolChoice: TypeAlias = Literal["auto", "none", "required"] | ToolChoiceFunction
+
+
+@attrs.frozen(kw_only=True)
+class CreateRequest:
+    """The fields of `POST /v1/responses` this server acts on."""
+
+    model: str
+    input: str | tuple[InputItem, ...]
+    instructions: str | None = None
+    tools: tuple[FunctionTool, ...] = ()
+    tool_choice: ToolChoice = "auto"
+    parallel_tool_calls: bool = True
+    max_output_tokens: int | None = None
+    temperature: float | None = None
+    top_p: float | None = None
+    reasoning: ReasoningConfig | None = None
+    metadata: dict[str, str] | None = None
+    stream: bool | None = None
+    background: bool | None = None
+    store: bool | None = None
+    previous_response_id: str | None = None
+
+
+# --- the converter -------------------------------------------------------------------------
+
+_converter = cattrs.Converter(detailed_validation=True, forbid_extra_keys=False)
+
+
+def _strict(kind: type, *accepted: type) -> Any:
+    def hook(value: Any, _: type) -> Any:
+        # bool is an int in Python but not a JSON number; "3" is not a number either.
+        if (isinstance(value, bool) and kind is not bool) or not isinstance(value, accepted):
+            raise TypeError(f"expected {_json_name(kind)}, got {_json_type(value)}")
+        return kind(value)
+
+    return hook
+
+
+def _json_name(kind: type) -> str:
+    return {str: "a string", int: "an integer", float: "a number", bool: "a boolean"}[kind]
+
+
+def _json_type(value: Any) -> str:
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "a boolean"
+    if isinstance(value, int | float):
+        return "a number"
+    if isinstance(value, str):
+        return "a string"
+    if isinstance(value, list):
+        return "an array"
+    return "an object"
+
+
+for _kind, _accepted in ((str, (str,)), (int, (int,)), (float, (int, float)), (bool, (bool,))):
+    _converter.register_structure_hook(_kind, _strict(_kind, *_accepted))
+
+
+def _exactly(tp: Any, hook: Any) -> None:
+    _converter.register_structure_hook_func(lambda t: t == tp, hook)
+
+
+def _object(value: Any, _: Any) -> dict[str, object]:
+    if not isinstance(value, Mapping):
+        raise TypeError(f"expected an object, got {_json_type(value)}")
+    return dict(value)
+
+
+def _metadata(value: Any, _: Any) -> dict[str, str] | None:
+    if value is None:
+        return None
+    if not isinstance(value, Mapping) or not all(isinstance(v, str) for v in value.values()):
+        raise TypeError("expected an object of string keys and string values")
+    if len(value) > 16:
+        raise ValueError(f"at most 16 keys are allowed, got {len(value)}")
+    return dict(value)
+
+
+def _text_or_parts(value: Any, tp: Any) -> Any:
+    if isinstance(value, str):
+        return value
+    if not isinstance(value, list):
+        raise TypeError(f"expected a string or an array of content parts, got {_json_type(value)}")
+    return _converter.structure(value, tuple[TextPart, ...])
+
+
+_ITEM_TYPES: dict[str, type] = {
+    "message": MessageInput,
+    "function_call": FunctionCallInput,
+    "function_call_output": FunctionCallOutputInput,
+    "reasoning": ReasoningInput,
+}
+
+
+def _input_item(value: Any, _: Any) -> Any:
+    if not isinstance(value, Mapping):
+        raise TypeError(f"expected an object, got {_json_type(value)}")
+    # Easy input messages (`{"role": "user", "content": "hi"}`) may leave out their type.
+    tag = value.get("type", "message")
+    cls = _ITEM_TYPES.get(tag)
+    if cls is None:
+        raise ValueError(
+            f"unsupported input item type {tag!r}; supported: {', '.join(sorted(_ITEM_TYPES))}"
+        )
+    return _converter.structure(value, cls)
+
+
+def _input(value: Any, _: Any) -> Any:
+    if isinstance(value, str):
+        return value
+    if not isinstance(value, list):
+        raise TypeError(f"expected a string or an array of input items, got {_json_type(value)}")
+    return _converter.structure(value, tuple[InputItem, ...])
+
+
+def _tool(value: Any, _: Any) -> FunctionTool:
+    if not isinstance(value, Mapping):
+        raise TypeError(f"expected an object, got {_json_type(value)}")
+    if value.get("type") != "function":
+        raise ValueError(
+            f"unsupported tool type {value.get('type')!r}; this server runs function tools only"
+        )
+    return _function_tool(value, FunctionTool)
+
+
+def _tool_choice(value: Any, _: Any) -> Any:
+    if isinstance(value, str):
+        if value not in ("auto", "none", "required"):
+            raise ValueError(f"expected 'auto', 'none', 'required' or an object, got {value!r}")
+        return value
+    if not isinstance(value, Mapping) or value.get("type") != "function":
+        raise ValueError('expected a string or {"type": "function", "name": ...}')
+    return _converter.structure(value, ToolChoiceFunction)
+
+
+_exactly(dict[str, object], _object)
+_function_tool = make_dict_structure_fn(FunctionTool, _converter)
+_exactly(dict[str, object] | None, lambda v, _: None if v is None else _object(v, _))
+_exactly(dict[str, str] | None, _metadata)
+_exactly(str | tuple[TextPart, ...], _text_or_parts)
+_exactly(str | tuple[InputItem, ...], _input)
+_exactly(InputItem, _input_item)
+_exactly(FunctionTool, _tool)
+_exactly(ToolChoice, _tool_choice)
+
+
+def _format(exc: BaseException, tp: Any) -> str:
+    if isinstance(exc, KeyError):
+        return "is required"
+    literal = (
+        tp
+        if get_origin(tp) is Literal
+        else next((arg for arg in get_args(tp) if get_origin(arg) is Literal), None)
+    )
+    if literal is not None and " not in literal " in str(exc):
+        # cattrs says "x not in literal typing.Literal[...]"; say it as the API does.
+        allowed = ", ".join(repr(v) for v in get_args(literal))
+        return f"expected one of {allowed}, got {str(exc).split(' not in literal')[0]!r}"
+    return str(exc)
+
+
+def _param(path: str) -> str | None:
+    path = path.removeprefix("$").removeprefix(".")
+    return path or None
+
+
+# --- semantic checks -----------------------------------------------------------------------
+
+
+def _check(request: CreateRequest) -> None:
+    if request.previous_response_id is not None:
+        raise RequestError(
+            "previous_response_id is not supported by this server; send the whole conversation "
+            "in `input`",
+            param="previous_response_id",
+        )
+    if not request.model:
+        raise RequestError("model must not be empty", param="model")
+    if request.temperature is not None and not (0 <= request.temperature <= 2):
+        raise RequestError(
+            f"temperature must be between 0 and 2, got {request.temperature}", param="temperature"
+        )
+    if (request.top_p is not None and not (0 < request.top_p <= 1)) or (
+        request.top_p is not None and math.isnan(request.top_p)
+    ):
+        raise RequestError(f"top_p must be in (0, 1], got {request.top_p}", param="top_p")
+    if request.max_output_tokens is not None and request.max_output_tokens < 1:
+        raise RequestError(
+            f"max_output_tokens must be at least 1, got {request.max_output_tokens}",
+            param="max_output_tokens",
+        )
+    if request.background and request.store is False:
+        raise RequestError(
+            "background responses must be stored (they are polled and resumed later); drop "
+            "store: false or background: true",
+            param="store",
+        )
+    names = [tool.name for tool in request.tools]
+    for i, name in enumerate(names):
+        if not name or names.index(name) != i:
+            raise RequestError(
+                f"tool names must be non-empty and unique, got {name!r}", param=f"tools[{i}].name"
+            )
+    if (
+        isinstance(request.tool_choice, ToolChoiceFunction)
+        and request.tool_choice.name not in names
+    ):
+        raise RequestError(
+            f"tool_choice names function {request.tool_choice.name!r}, which is not in tools",
+            param="tool_choice.name",
+        )
+    if isinstance(request.input, tuple):
+        calls: set[str] = set()
+        for i, item in enumerate(request.input):
+            if isinstance(item, FunctionCallInput):
+                calls.add(item.call_id)
+            elif isinstance(item, FunctionCallOutputInput) and item.call_id not in calls:
+                raise RequestError(
+                    f"no function_call with call_id {item.call_id!r} comes before this output; "
+                    "send the model's function_call item before its function_call_output",
+                    param=f"input[{i}].call_id",
+                )
+
+
+def parse_create_request(body: Any) -> CreateRequest:
+    """Read a decoded JSON body; raises `RequestError` naming the first bad field."""
+    if not isinstance(body, Mapping):
+        raise RequestError(f"the request body must be a JSON object, got {_json_type(body)}")
+    try:
+        request = _converter.structure(body, CreateRequest)
+    except cattrs.BaseValidationError as exc:
+        first = cattrs.transform_error(exc, format_exception=_format)[0]
+        message, _, path = first.rpartition(" @ ")
+        param = _param(path)
+        raise RequestError(f"invalid {param or 'request'}: {message}", param=param) from exc
+    _check(request)
+    return request

@@ -1,0 +1,148 @@
+"""The event log: every response is the sequence of wire events it emitted, and that log is the
+source of truth. A response's current state (for `GET /v1/responses/{id}`) is the `response`
+of its latest lifecycle event; its stream (for resumption) is the log read after a cursor.
+
+`EventStore` is the small interface a deployment may implement (Redis, Postgres, ...);
+`MemoryEventStore` keeps logs in a dict; `SQLiteEventStore` (`_sqlite.py`) in a local SQLite
+file, the default, so a restarted server still serves finished responses and their streams.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from typing import Any, Protocol, runtime_checkable
+
+import attrs
+
+from streamfold.statemachine import TERMINAL_EVENT_TYPES, StreamfoldError
+
+__all__ = [
+    "LIFECYCLE_EVENT_TYPES",
+    "EventRecord",
+    "EventStore",
+    "MemoryEventStore",
+    "StoreError",
+    "StoredResponse",
+]
+
+LIFECYCLE_EVENT_TYPES = frozenset(
+    {"response.created", "response.queued", "response.in_progress", *TERMINAL_EVENT_TYPES}
+)
+
+
+class StoreError(StreamfoldError):
+    """The event log was used out of order (e.g. appending to a response never created)."""
+
+
+@attrs.frozen(kw_only=True)
+class EventRecord:
+    """One event of a log: its sequence number, wire type, and wire JSON text."""
+
+    sequence_number: int
+    type: str
+    data: str
+
+    @property
+    def lifecycle(self) -> bool:
+        return self.type in LIFECYCLE_EVENT_TYPES
+
+    @property
+    def terminal(self) -> bool:
+        return self.type in TERMINAL_EVENT_TYPES
+
+
+@attrs.frozen(kw_only=True)
+class StoredResponse:
+    """What `GET /v1/responses/{id}` needs without reading the whole log."""
+
+    id: str
+    background: bool
+    finished: bool
+    last_sequence_number: int
+    event: str  # the wire JSON of the latest lifecycle event
+
+    def response(self) -> dict[str, Any]:
+        return json.loads(self.event)["response"]  # type: ignore[no-any-return]
+
+
+@runtime_checkable
+class EventStore(Protocol):
+    """Append-only logs of wire events, one per response id."""
+
+    async def append(
+        self, response_id: str, records: Sequence[EventRecord], *, background: bool = False
+    ) -> None:
+        """Add events (in sequence order) to the log; the first append creates it."""
+
+    async def read(self, response_id: str, after: int = -1) -> list[EventRecord]:
+        """The events with `sequence_number > after`, in order; `[]` for an unknown id."""
+
+    async def snapshot(self, response_id: str) -> StoredResponse | None:
+        """The response's latest lifecycle event, or None for an unknown id."""
+
+    async def delete(self, response_id: str) -> None:
+        """Forget a response (no-op for an unknown id)."""
+
+    async def list(self) -> list[str]:
+        """Every stored response id, oldest first."""
+
+
+def _check_order(response_id: str, last: int, records: Sequence[EventRecord]) -> None:
+    expected = list(range(last + 1, last + 1 + len(records)))
+    if [r.sequence_number for r in records] != expected:
+        raise StoreError(
+            f"events appended to {response_id} must continue its log at sequence number "
+            f"{last + 1} without gaps; got {[r.sequence_number for r in records]}"
+        )
+
+
+def advance(
+    response_id: str, old: StoredResponse | None, records: Sequence[EventRecord], background: bool
+) -> StoredResponse:
+    """The snapshot after `records`; pure, shared by both stores."""
+    last = -1 if old is None else old.last_sequence_number
+    _check_order(response_id, last, records)
+    if old is not None and old.finished:
+        raise StoreError(f"response {response_id} already ended with its terminal event")
+    lifecycle = [r for r in records if r.lifecycle]
+    if old is None and not lifecycle:
+        raise StoreError(f"the log of {response_id} must begin with response.created")
+    return StoredResponse(
+        id=response_id,
+        background=background if old is None else old.background,
+        finished=any(r.terminal for r in records),
+        last_sequence_number=records[-1].sequence_number if records else last,
+        event=lifecycle[-1].data if lifecycle else old.event,  # type: ignore[union-attr]
+    )
+
+
+class MemoryEventStore:
+    """Logs in a dict: for tests, and servers that need nothing to survive a restart."""
+
+    def __init__(self) -> None:
+        self._logs: dict[str, list[EventRecord]] = {}
+        self._snapshots: dict[str, StoredResponse] = {}
+
+    async def append(
+        self, response_id: str, records: Sequence[EventRecord], *, background: bool = False
+    ) -> None:
+        if not records:
+            return
+        snapshot = advance(response_id, self._snapshots.get(response_id), records, background)
+        self._logs.setdefault(response_id, []).extend(records)
+        self._snapshots[response_id] = snapshot
+
+    async def read(self, response_id: str, after: int = -1) -> list[EventRecord]:
+        # Sequence numbers are dense from 0, so the cursor is a list index.
+        return self._logs.get(response_id, [])[max(after + 1, 0) :]
+
+    async def snapshot(self, response_id: str) -> StoredResponse | None:
+        return self._snapshots.get(response_id)
+
+    async def delete(self, response_id: str) -> None:
+        self._logs.pop(response_id, None)
+        self._snapshots.pop(response_id, None)
+
+    async def list(self) -> list[str]:
+        return list(self._logs)

@@ -1,0 +1,282 @@
+"""vLLM's `AsyncLLM` as a token source.
+
+`AsyncLLM.generate(prompt, sampling_params, request_id)` is an async generator of
+`RequestOutput`s (vllm/v1/engine/async_llm.py). The adapter feeds the prompt as token ids, asks
+for DELTA outputs and turns each `RequestOutput` into one `TokenChunk`. What it must not assume:
+
+* one token per output. Speculative decoding accepts several tokens per step,
+  `--stream-interval` batches steps, and `RequestOutputCollector` merges queued DELTA outputs
+  when the consumer lags (`RequestOutput.add(aggregate=True)`), so an output routinely carries
+  many tokens, possibly from different harmony channels. Every one is passed on, in order.
+* DELTA outputs. A source built with `output_kind="cumulative"` reads CUMULATIVE outputs, where
+  `token_ids` is everything so far (a live reference to the detokenizer's list) and a lagging
+  consumer only sees the newest one; the adapter passes on what it has not passed yet.
+* `len(logprobs) == len(token_ids)`. vLLM slices DELTA logprobs with `logprobs[-len(token_ids):]`,
+  so the abort output, which has no tokens, carries the *whole* logprob list (`[-0:]`); merged
+  into a lagging DELTA output it makes the list longer than the tokens. Logprobs always end at
+  the newest token, so the adapter takes the last `len(new tokens)` positions.
+
+Finish reasons (vllm/v1/engine/__init__.py `FINISH_REASON_STRINGS`, "stop", "length", "abort",
+"error", "repetition"): "stop", "length" and "abort" map to themselves, with `stop_reason` (the
+stop token id or stop string; None for the model's EOS) kept on "stop"; every other reason ends
+the stream as `"error"` with a message naming it. Engine exceptions become a final error chunk
+(see `streamfold.adapters._engine_stream`). Closing the chunk stream early aborts the request with
+`engine.abort(request_id)`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
+from typing import Any, Literal, Protocol
+
+import attrs
+
+from streamfold.engines import GenerationRequest, TokenChunk
+
+from ._engine_stream import (
+    EngineNotInstalledError,
+    EngineOutputError,
+    error_chunk,
+    logger,
+    release,
+)
+
+__all__ = [
+    "VLLMApi",
+    "VLLMTokenSource",
+    "build_vllm_engine",
+    "load_vllm_api",
+]
+
+_ENGINE = "vLLM"
+OutputKind = Literal["delta", "cumulative"]
+
+
+class _AsyncLLMLike(Protocol):
+    def generate(
+        self, prompt: Any, sampling_params: Any, request_id: str
+    ) -> AsyncIterator[Any]: ...
+
+    async def abort(self, request_id: str) -> None: ...
+
+
+@attrs.frozen(kw_only=True)
+class VLLMApi:
+    """The vLLM names the adapter builds requests with, so tests can pass faithful stand-ins.
+
+    `sampling_params` is `vllm.SamplingParams`; `output_kinds` maps "delta" and "cumulative" to
+    `vllm.sampling_params.RequestOutputKind.DELTA` and `.CUMULATIVE`.
+    """
+
+    sampling_params: Callable[..., Any]
+    output_kinds: Mapping[OutputKind, Any]
+
+
+def load_vllm_api() -> VLLMApi:
+    """Import vLLM's request types; raises `EngineNotInstalledError` where vLLM is missing."""
+    try:
+        from vllm import SamplingParams
+        from vllm.sampling_params import RequestOutputKind
+    except ImportError as exc:
+        raise EngineNotInstalledError(engine="vllm", extra="vllm", cause=exc) from exc
+    return VLLMApi(
+        sampling_params=SamplingParams,
+        output_kinds={
+            "delta": RequestOutputKind.DELTA,
+            "cumulative": RequestOutputKind.CUMULATIVE,
+        },
+    )
+
+
+def build_vllm_engine(model: str, **engine_args: Any) -> VLLMTokenSource:
+    """Start a real `AsyncLLM` for `model` (`AsyncEngineArgs(model=model, **engine_args)`).
+
+    Needs vLLM and a CUDA GPU. Call it inside the asyncio event loop that will serve requests:
+    `AsyncLLM` starts its output handler on the running loop.
+    """
+    try:
+        from vllm import AsyncEngineArgs
+        from vllm.v1.engine.async_llm import AsyncLLM
+    except ImportError as exc:
+        raise EngineNotInstalledError(engine="vllm", extra="vllm", cause=exc) from exc
+    engine = AsyncLLM.from_engine_args(AsyncEngineArgs(model=model, **engine_args))
+    return VLLMTokenSource(engine)
+
+
+class VLLMTokenSource:
+    """A `TokenSource` over a vLLM `AsyncLLM` (or anything with its `generate`/`abort`)."""
+
+    def __init__(
+        self,
+        engine: _AsyncLLMLike,
+        *,
+        api: VLLMApi | None = None,
+        output_kind: OutputKind = "delta",
+        detokenize: bool = False,
+    ) -> None:
+        if output_kind not in ("delta", "cumulative"):
+            raise ValueError(
+                f"output_kind must be 'delta' or 'cumulative', got {output_kind!r};"
+                " FINAL_ONLY outputs cannot stream"
+            )
+        self._engine = engine
+        self._api = api if api is not None else load_vllm_api()
+        self._output_kind: OutputKind = output_kind
+        # streamfold reads token ids only, so by default vLLM's API process is spared the
+        # per-token detokenization; turn it on to get `text` (or stop strings) from vLLM too.
+        self._detokenize = detokenize
+
+    def sampling_params(self, request: GenerationRequest) -> Any:
+        """The `vllm.SamplingParams` for `request`."""
+        sampling = request.sampling
+        return self._api.sampling_params(
+            n=1,
+            temperature=sampling.temperature,
+            top_p=sampling.top_p,
+            top_k=sampling.top_k,  # 0 means "no top-k cut" in both vLLM and streamfold
+            seed=sampling.seed,
+            # Always passed: vLLM's default is max_tokens=16, and None means "up to the
+            # context length", which is what an unset max_output_tokens means here.
+            max_tokens=request.max_output_tokens,
+            # vLLM returns the sampled token's logprob plus the top k; 0 gives the sampled one.
+            logprobs=sampling.top_logprobs if _wants_logprobs(request) else None,
+            stop_token_ids=list(request.stop_token_ids),
+            output_kind=self._api.output_kinds[self._output_kind],
+            detokenize=self._detokenize,
+        )
+
+    async def generate(self, request: GenerationRequest) -> AsyncIterator[TokenChunk]:
+        """Stream `request` from the engine as token chunks; the last one has `finish_reason`."""
+        reader = _OutputReader(
+            cumulative=self._output_kind == "cumulative",
+            logprobs=_wants_logprobs(request),
+            top_logprobs=request.sampling.top_logprobs,
+        )
+        outputs: AsyncIterator[Any] | None = None
+        ended = False
+        try:
+            try:
+                # `TokensPrompt` is a TypedDict: at runtime it is exactly this dict.
+                prompt = {"prompt_token_ids": list(request.prompt_token_ids)}
+                outputs = self._engine.generate(
+                    prompt, self.sampling_params(request), request.request_id
+                )
+                async for output in outputs:
+                    if ended:
+                        continue  # vLLM ends its generator after the finished output
+                    chunk = reader.chunk(output)
+                    if chunk is None:
+                        continue
+                    ended = chunk.finish_reason is not None
+                    yield chunk
+                if not ended:
+                    raise EngineOutputError(
+                        "vLLM's output stream ended without a finished RequestOutput"
+                    )
+            except Exception as exc:
+                if ended:
+                    # The finish already went out; a failure after it has nowhere in-band to go.
+                    logger.exception("vLLM failed after finishing request %s", request.request_id)
+                    return
+                ended = True
+                yield error_chunk(_ENGINE, request.request_id, exc)
+        finally:
+            await release(
+                _ENGINE,
+                request.request_id,
+                outputs,
+                None if ended else lambda: self._engine.abort(request.request_id),
+            )
+
+
+def _wants_logprobs(request: GenerationRequest) -> bool:
+    return bool(request.sampling.logprobs or request.sampling.top_logprobs > 0)
+
+
+@attrs.define
+class _OutputReader:
+    """Turns successive `RequestOutput`s of one request into chunks of not-yet-passed tokens."""
+
+    cumulative: bool
+    logprobs: bool
+    top_logprobs: int
+    passed: int = 0
+
+    def chunk(self, output: Any) -> TokenChunk | None:
+        completions = output.outputs
+        if len(completions) != 1:
+            raise EngineOutputError(
+                f"vLLM RequestOutput for request {output.request_id!r} has {len(completions)}"
+                " CompletionOutputs; the adapter asks for n=1 and needs exactly one"
+            )
+        completion = completions[0]
+        token_ids = [int(t) for t in completion.token_ids]
+        if self.cumulative:
+            if len(token_ids) < self.passed:
+                raise EngineOutputError(
+                    f"cumulative vLLM output has {len(token_ids)} tokens but {self.passed}"
+                    " were already passed on; was the source built with the wrong output_kind?"
+                )
+            new = token_ids[self.passed :]
+        else:
+            new = token_ids
+        self.passed += len(new)
+        finish_reason = completion.finish_reason
+        if finish_reason is None and output.finished:
+            raise EngineOutputError("vLLM output is finished but has no finish_reason")
+        if not new and finish_reason is None:
+            return None
+        logprobs, top = self._logprobs(completion.logprobs, new)
+        fields: dict[str, Any] = {
+            "token_ids": tuple(new),
+            "logprobs": logprobs,
+            "top_logprobs": top,
+        }
+        if finish_reason is not None:
+            fields.update(_finish(str(finish_reason), completion.stop_reason))
+        return TokenChunk(**fields)
+
+    def _logprobs(
+        self, positions: Sequence[Mapping[int, Any]] | None, new: list[int]
+    ) -> tuple[tuple[float, ...] | None, tuple[tuple[tuple[int, float], ...], ...] | None]:
+        if not self.logprobs:
+            return None, None
+        count = len(positions) if positions is not None else 0
+        if count < len(new):
+            raise EngineOutputError(
+                f"vLLM output has {len(new)} new tokens but {count} logprob positions;"
+                " logprobs were requested for every token"
+            )
+        # Integer indexing works on both `list[dict]` and vLLM's `FlatLogprobs`, whose slicing
+        # fails on an empty slice.
+        tail = [positions[i] for i in range(count - len(new), count)] if positions else []
+        sampled = []
+        top = []
+        for token_id, position in zip(new, tail, strict=True):
+            entry = position.get(token_id)
+            if entry is None:
+                raise EngineOutputError(
+                    f"vLLM logprobs for token {token_id} do not contain that token"
+                    f" (keys {sorted(position)}); logprobs and token ids are misaligned"
+                )
+            sampled.append(float(entry.logprob))
+            ranked = sorted(position.items(), key=lambda item: -item[1].logprob)
+            top.append(
+                tuple((int(tid), float(lp.logprob)) for tid, lp in ranked[: self.top_logprobs])
+            )
+        return tuple(sampled), (tuple(top) if self.top_logprobs > 0 else None)
+
+
+def _finish(reason: str, stop_reason: int | str | None) -> dict[str, Any]:
+    if reason == "stop":
+        return {"finish_reason": "stop", "stop_reason": stop_reason}
+    if reason in ("length", "abort"):
+        return {"finish_reason": reason}
+    if reason == "error":
+        detail = "a request-level engine error vLLM reports as retryable, e.g. a KV load failure"
+    else:
+        detail = "a finish reason streamfold has no terminal state for"
+    return {
+        "finish_reason": "error",
+        "error": f"vLLM finished the request with finish_reason {reason!r} ({detail})",
+    }

@@ -1,0 +1,150 @@
+"""Traces: a recorded engine output, the unit users record, share and replay.
+
+A trace is a JSON-lines file:
+
+1. a header: `{"trace": 1, "grammar": "harmony", "encoding": "o200k_harmony",
+   "response_id": "resp_…", "model": "…", "created_at": 1763800000, …}` (more fields allowed,
+   e.g. `prompt_token_ids` and the `request`);
+2. one line per engine output chunk: `{"token_ids": [..]}`, optionally with `"logprobs": [..]`
+   (one float per token);
+3. last, `{"finish_reason": "stop" | "length" | "abort" | "error"}` (and optionally `"error"`).
+
+A trace that ends without its finish line was cut off; replay treats that as an error.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+from typing import Any
+
+import attrs
+
+from streamfold.statemachine import StreamfoldError
+
+from ._source import FINISH_REASONS, FinishReason, TokenChunk
+
+__all__ = ["Trace", "TraceFormatError", "dump_trace", "parse_trace", "read_trace", "write_trace"]
+
+_REQUIRED = {"grammar": str, "response_id": str, "model": str, "created_at": int}
+
+
+class TraceFormatError(StreamfoldError, ValueError):
+    """A trace file that does not follow the format; the message names the line and field."""
+
+
+@attrs.frozen(kw_only=True)
+class Trace:
+    header: Mapping[str, Any]
+    chunks: tuple[TokenChunk, ...]
+    finish_reason: FinishReason | None = None
+    error: str | None = None
+
+    @property
+    def token_ids(self) -> list[int]:
+        return [t for chunk in self.chunks for t in chunk.token_ids]
+
+
+def _fail(where: str, message: str) -> TraceFormatError:
+    return TraceFormatError(f"{where}: {message}")
+
+
+def _check_header(header: Any, where: str) -> Mapping[str, Any]:
+    if not isinstance(header, dict) or header.get("trace") != 1:
+        raise _fail(where, 'the first line must be a header object with "trace": 1')
+    for key, kind in _REQUIRED.items():
+        if not isinstance(header.get(key), kind) or isinstance(header.get(key), bool):
+            raise _fail(where, f"header field {key!r} must be a {kind.__name__}")
+    return header
+
+
+def _chunk(line: Any, where: str) -> TokenChunk:
+    ids = line.get("token_ids")
+    if not isinstance(ids, list) or not all(
+        isinstance(t, int) and not isinstance(t, bool) and t >= 0 for t in ids
+    ):
+        raise _fail(where, '"token_ids" must be a list of non-negative integers')
+    logprobs = line.get("logprobs")
+    if logprobs is not None and (
+        not isinstance(logprobs, list)
+        or not all(isinstance(x, int | float) and not isinstance(x, bool) for x in logprobs)
+    ):
+        raise _fail(where, '"logprobs" must be a list of numbers')
+    try:
+        return TokenChunk(
+            token_ids=tuple(ids), logprobs=None if logprobs is None else tuple(map(float, logprobs))
+        )
+    except ValueError as exc:
+        raise _fail(where, str(exc)) from exc
+
+
+def parse_trace(lines: Iterable[str], name: str = "<trace>") -> Trace:
+    """Read a trace from its lines; raises `TraceFormatError` naming the line at fault."""
+    header: Mapping[str, Any] | None = None
+    chunks: list[TokenChunk] = []
+    finish: FinishReason | None = None
+    error: str | None = None
+    for lineno, raw in enumerate(lines, 1):
+        where = f"{name}:{lineno}"
+        if not raw.strip():
+            continue
+        try:
+            line = json.loads(raw)
+        except json.JSONDecodeError as exc:
+            raise _fail(where, f"not JSON ({exc.msg})") from exc
+        if header is None:
+            header = _check_header(line, where)
+            continue
+        if finish is not None:
+            raise _fail(where, "nothing may follow the finish_reason line")
+        if not isinstance(line, dict):
+            raise _fail(where, "each line must be a JSON object")
+        if "finish_reason" in line:
+            if line["finish_reason"] not in FINISH_REASONS:
+                raise _fail(where, f'"finish_reason" must be one of {list(FINISH_REASONS)}')
+            finish, error = line["finish_reason"], line.get("error")
+            if "token_ids" in line:
+                chunks.append(_chunk(line, where))
+            continue
+        chunks.append(_chunk(line, where))
+    if header is None:
+        raise _fail(name, "empty trace: the first line must be the header")
+    return Trace(header=header, chunks=tuple(chunks), finish_reason=finish, error=error)
+
+
+def read_trace(path: str | os.PathLike[str]) -> Trace:
+    path = Path(path)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise TraceFormatError(f"cannot read trace {path}: {exc.strerror}") from exc
+    return parse_trace(text.splitlines(), name=str(path))
+
+
+def dump_trace(
+    header: Mapping[str, Any],
+    chunks: Iterable[TokenChunk],
+    finish_reason: FinishReason | None,
+    error: str | None = None,
+) -> str:
+    """The trace as JSON-lines text (`finish_reason=None` writes a cut-off trace)."""
+    lines = [json.dumps({"trace": 1, **header}, separators=(",", ":"))]
+    for chunk in chunks:
+        line: dict[str, Any] = {"token_ids": list(chunk.token_ids)}
+        if chunk.logprobs is not None:
+            line["logprobs"] = list(chunk.logprobs)
+        lines.append(json.dumps(line, separators=(",", ":")))
+    if finish_reason is not None:
+        end: dict[str, Any] = {"finish_reason": finish_reason}
+        if error:
+            end["error"] = error
+        lines.append(json.dumps(end))
+    return "\n".join(lines) + "\n"
+
+
+def write_trace(path: str | os.PathLike[str], trace: Trace) -> None:
+    Path(path).write_text(
+        dump_trace(trace.header, trace.chunks, trace.finish_reason, trace.error), encoding="utf-8"
+    )

@@ -1,0 +1,370 @@
+"""The conformance checker: `check(events) -> list[Violation]`.
+
+Theory of operation. The checker reads a stream once, in order, as wire JSON (a typed
+streamfold event is first turned into its wire form), so it can judge any server's stream,
+including a malformed one. For each event it checks, in this order: that it is an event at all
+(R1) with the fields its type needs (R2); its `sequence_number` (R3); where it sits in the
+response's lifecycle (R4-R8, R23); and, for item events, the item bookkeeping in `_items`
+(R9-R21). The terminal event is then compared with everything that came before it (R20-R22).
+At the end it reports a stream that never terminated (R6).
+
+A field that broke R2 is treated as absent by the later rules, so one malformed field yields
+one report, not one per rule that reads it. The checker never raises on its input: whatever
+the events are, it returns violations.
+
+How `error` is judged (R6, R23): an `error` event ends the stream as a failure. It may be the
+last event, or be followed by exactly one `response.failed` (which then is the terminal event);
+anything else after it is a violation. Both its documented flat shape (`message`) and the
+nested shape OpenAI sends live (`error.message`) are accepted. A stream that ends on a bare
+`error` is not held to R21/R22: an error may cut the response at any point.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+from . import _wire as w
+from ._items import Items
+from ._violation import Violation
+
+__all__ = ["check"]
+
+# The statuses each lifecycle event's response may carry (R7).
+_STATUS = {
+    "response.created": ("in_progress", "queued"),
+    "response.queued": ("queued",),
+    "response.in_progress": ("in_progress",),
+    "response.completed": ("completed",),
+    "response.incomplete": ("incomplete",),
+    # The SDK's union has no response.cancelled event: a cancelled response ends as failed.
+    "response.failed": ("failed", "cancelled"),
+}
+_USAGE = {"input_tokens": w.INDEX, "output_tokens": w.INDEX, "total_tokens": w.INDEX,
+          "input_tokens_details": w.OBJ, "output_tokens_details": w.OBJ}
+_JSON_SCALARS = (str, int, float, bool, list, type(None))
+
+
+def check(events: Iterable[Mapping[str, Any] | object]) -> list[Violation]:
+    """Check a Responses API event stream against the rules of `specs/README.md`.
+
+    `events` are wire-JSON objects (dicts as parsed from the stream), typed streamfold events
+    (converted with `streamfold.statemachine.to_wire`), or openai SDK event objects (converted
+    with their `to_dict`). Returns the violations in stream order; an empty list means the
+    stream is conformant.
+    """
+    checker = _Checker()
+    for position, event in enumerate(events):
+        checker.event(position, event)
+    return checker.finish()
+
+
+class _Checker:
+    def __init__(self) -> None:
+        self._violations: list[Violation] = []
+        self._where: tuple[int, int | None, str | None] = (0, None, None)
+        self._count = 0
+        self._items = Items(self._report)
+        self._seq_off: list[tuple[int, int | None, str | None, Any]] = []
+        self._phase = 0  # 0: expect response.created, 1: expect response.in_progress, 2: open
+        self._response_id: str | None = None
+        self._end: tuple[int, str] | None = None  # (position, type) of the terminal event
+        self._failed_after_error = False
+        self._after_end: list[int] = []
+
+    def _report(self, rule: str, message: str) -> None:
+        position, seq, etype = self._where
+        self._violations.append(Violation(position=position, sequence_number=seq,
+                                          event_type=etype, rule=rule, message=message))
+
+    # -- per event --------------------------------------------------------------------------
+
+    def event(self, position: int, raw: object) -> None:
+        self._count = position + 1
+        self._where = (position, None, None)
+        ev = self._as_wire(raw)
+        if ev is None:
+            return
+        seq = ev.get("sequence_number")
+        etype = ev.get("type")
+        self._where = (position, seq if _is_int(seq) else None,
+                       etype if isinstance(etype, str) else None)
+        if seq != position or not _is_int(seq):
+            self._seq_off.append((position, self._where[1], self._where[2], seq))
+        if not isinstance(etype, str):
+            self._report("R1", f"event has no string `type` (saw {w.short(etype)})")
+            return
+        if etype not in w.KNOWN_TYPES:
+            self._report("R1", f"unknown event type {etype!r}: it is not in the openai SDK's "
+                               "ResponseStreamEvent union, so strict clients reject it")
+            self._order(position, etype)
+            return
+        bad = self._shape(ev, etype)
+        if not self._order(position, etype):
+            return
+        self._opening(position, etype)
+        self._dispatch(position, ev, etype, bad)
+
+    def _as_wire(self, raw: object) -> Mapping[str, Any] | None:
+        if w.is_mapping(raw):
+            return raw
+        if isinstance(raw, _JSON_SCALARS):
+            self._report("R1", f"event is not a JSON object: {w.short(raw)}")
+            return None
+        try:
+            to_dict = getattr(raw, "to_dict", None)
+            if callable(to_dict):  # an openai SDK event, as `responses.create(stream=True)` yields
+                wire = to_dict(mode="json")
+            else:
+                from streamfold.statemachine import to_wire  # lazy: the event model is optional
+
+                wire = to_wire(raw)
+        except Exception as exc:  # reported, not swallowed: the input is not a usable event
+            self._report("R1", f"{type(raw).__name__} object is neither a wire-JSON mapping nor "
+                               f"a streamfold event that to_wire() converts ({exc!r})")
+            return None
+        if not isinstance(wire, Mapping):
+            self._report("R1", f"to_wire() turned {type(raw).__name__} into {w.short(wire)}, "
+                               "not a JSON object")
+            return None
+        return wire
+
+    def _shape(self, ev: Mapping[str, Any], etype: str) -> set[str]:
+        bad: set[str] = set()
+        problems = []
+        for key, kind in w.FIELDS[etype].items():
+            why = w.type_error(ev[key], kind) if key in ev else "is missing"
+            if why is not None:
+                bad.add(key)
+                problems.append(f"{key} {why}")
+        response = ev.get("response")
+        if "response" not in bad and w.is_mapping(response):
+            for key, kind in w.RESPONSE_FIELDS.items():
+                why = w.type_error(response[key], kind) if key in response else "is missing"
+                if why is not None:
+                    problems.append(f"response.{key} {why}")
+        if problems:
+            self._report("R2", "; ".join(problems))
+        return bad
+
+    def _order(self, position: int, etype: str) -> bool:
+        """R6 bookkeeping; False when the event comes after the stream already ended."""
+        if self._end is None:
+            return True
+        if (self._end[1] == "error" and etype == "response.failed"
+                and not self._failed_after_error):
+            self._failed_after_error = True
+            return True
+        self._after_end.append(position)
+        return False
+
+    def _opening(self, position: int, etype: str) -> None:
+        """R4: response.created, then (response.queued,) response.in_progress."""
+        if etype == "response.created":
+            if position == 0:
+                self._phase = 1
+            else:
+                self._report("R4", "response.created must be the first event and only that")
+        elif etype == "response.queued":
+            if self._phase != 1:
+                self._report("R4", "response.queued may only come between response.created "
+                                   "and response.in_progress")
+        elif etype == "response.in_progress":
+            if self._phase == 1:
+                self._phase = 2
+            else:
+                what = "first" if self._phase == 0 else "a second time"
+                self._report("R4", f"response.in_progress {what}; it comes once, right after "
+                                   "response.created")
+                self._phase = 2
+        elif self._phase < 2:
+            expected = "response.created" if self._phase == 0 else "response.in_progress"
+            self._report("R4", f"expected {expected} before {etype}")
+            self._phase = 2
+
+    def _dispatch(self, position: int, ev: Mapping[str, Any], etype: str, bad: set[str]) -> None:
+        items = self._items
+        if etype in w.LIFECYCLE:
+            self._lifecycle(position, ev, etype, bad)
+        elif etype == "error":
+            self._error(position, ev)
+        elif etype == "response.output_item.added":
+            items.added(position, ev, bad)
+        elif etype == "response.output_item.done":
+            items.done(position, ev, bad)
+        elif etype in w.PART_EVENTS:
+            items.part_event(position, ev, bad, etype)
+        elif etype in w.DELTAS or etype in w.DONES:
+            items.text_event(position, ev, bad, etype)
+        elif etype in w.PROGRESS:
+            items.target(ev, bad, etype, frozenset({w.PROGRESS[etype]}))
+        elif etype.startswith("response.shell_call_command."):
+            items.target(ev, bad, etype, frozenset({"shell_call"}))
+        # audio events belong to no item; nothing more to check
+
+    # -- lifecycle --------------------------------------------------------------------------
+
+    def _lifecycle(self, position: int, ev: Mapping[str, Any], etype: str, bad: set[str]) -> None:
+        response = None if "response" in bad else ev.get("response")
+        if etype in w.TERMINAL:
+            self._end = (position, etype)
+        if not isinstance(response, Mapping):
+            return
+        response_id = response.get("id")
+        if response_id == "":
+            self._report("R5", "response.id is empty")
+        elif isinstance(response_id, str):
+            if self._response_id is None:
+                self._response_id = response_id
+            elif response_id != self._response_id:
+                self._report("R5", f"response.id {response_id!r} differs from "
+                                   f"{self._response_id!r}, the id the stream started with")
+        self._status(etype, response)
+        if etype == "response.completed":
+            self._usage(response)
+        if etype in w.TERMINAL:
+            self._terminal(response)
+
+    def _status(self, etype: str, response: Mapping[str, Any]) -> None:
+        status = response.get("status")
+        allowed = _STATUS[etype]
+        if status not in allowed:
+            self._report("R7", f"{etype} must carry status {' or '.join(map(repr, allowed))}, "
+                               f"saw {w.short(status)}")
+        if etype == "response.incomplete":
+            reason = w.get(response.get("incomplete_details"), "reason")
+            if not isinstance(reason, str) or not reason:
+                self._report("R7", "response.incomplete must say why in "
+                                   f"incomplete_details.reason, saw {w.short(reason)}")
+        if etype == "response.failed":
+            error = response.get("error")
+            if not (isinstance(w.get(error, "message"), str) and isinstance(w.get(error, "code"),
+                                                                            str)):
+                self._report("R7", "response.failed must carry error.code and error.message, "
+                                   f"saw error={w.short(error)}")
+
+    def _usage(self, response: Mapping[str, Any]) -> None:
+        usage = response.get("usage")
+        if not isinstance(usage, Mapping):
+            self._report("R8", f"response.completed must carry usage, saw {w.short(usage)}")
+            return
+        problems = []
+        for key, kind in _USAGE.items():
+            why = w.type_error(usage[key], kind) if key in usage else "is missing"
+            if why is not None:
+                problems.append(f"usage.{key} {why}")
+        if not problems:
+            total = usage["input_tokens"] + usage["output_tokens"]
+            if usage["total_tokens"] != total:
+                problems.append(f"usage.total_tokens is {usage['total_tokens']}, but "
+                                f"input_tokens + output_tokens = {total}")
+        if problems:
+            self._report("R8", "; ".join(problems))
+
+    def _terminal(self, response: Mapping[str, Any]) -> None:
+        for it in self._items.open_items():
+            parts = it.open_parts()
+            also = f", with {len(parts)} part(s) still open" if parts else ""
+            self._report("R21", f"{it.describe()} (added at position {it.added_at}) is never "
+                                f"done{also}")
+        output = response.get("output")
+        if not isinstance(output, list):
+            return
+        done = self._items.done_items()
+        pairs = list(zip(output, done, strict=False))
+        if len(output) != len(done):
+            # Positions no longer line up; pair the items by id so one missing item is one report.
+            by_id = {w.get(final, "id"): final for final in output if w.get_str(final, "id")}
+            pairs = [(by_id[it.id], it) for it in done if it.id in by_id]
+            missing = [it.id for it in done if it.id not in by_id]
+            extra = sorted(set(by_id) - {it.id for it in done})
+            self._report("R22", f"response.output has {len(output)} item(s), but the stream "
+                                f"finished {len(done)}; done but not in output: {missing}, "
+                                f"in output but never done: {extra}")
+        for final, it in pairs:
+            where = f"response.output[{_position(output, final)}]"
+            if it.type == "function_call":
+                for key, value in (("call_id", it.call_id), ("name", it.name)):
+                    if w.get(final, key) != value:
+                        self._report("R20", f"{where}.{key} is {w.short(w.get(final, key))}, "
+                                            f"but the call was streamed with {value!r}")
+            difference = _first_difference(it.done_item, final, where)
+            if difference is not None:
+                self._report("R22", f"{difference} (compared with output_item.done at position "
+                                    f"{it.done_at})")
+
+    def _error(self, position: int, ev: Mapping[str, Any]) -> None:
+        message = ev.get("message")
+        nested = w.get(ev.get("error"), "message")
+        if not isinstance(message, str) and not isinstance(nested, str):
+            self._report("R23", "an error event must carry `message` (documented shape) or "
+                                "`error.message` (the nested shape OpenAI sends)")
+        self._end = (position, "error")
+
+    # -- end of stream ----------------------------------------------------------------------
+
+    def finish(self) -> list[Violation]:
+        self._report_sequence_runs()
+        end = (self._count, None, None)
+        if self._end is None:
+            self._where = end
+            what = f"after {self._count} events" if self._count else "empty"
+            self._report("R6", f"the stream ended {what} without a terminal event "
+                               "(response.completed, response.incomplete or response.failed)")
+        elif self._after_end:
+            first = self._after_end[0]
+            self._where = (first, None, None)
+            self._report("R6", f"{len(self._after_end)} event(s) follow the terminal "
+                               f"{self._end[1]} at position {self._end[0]} (first at position "
+                               f"{first}); nothing may follow it except one response.failed "
+                               "after an error event")
+        return sorted(self._violations, key=lambda v: v.position)
+
+    def _report_sequence_runs(self) -> None:
+        """R3, one report per run of consecutive off-sequence events, not one per event."""
+        runs: list[list[tuple[int, int | None, str | None, Any]]] = []
+        for entry in self._seq_off:
+            if runs and runs[-1][-1][0] == entry[0] - 1:
+                runs[-1].append(entry)
+            else:
+                runs.append([entry])
+        for run in runs:
+            position, seq, etype, raw = run[0]
+            self._where = (position, seq, etype)
+            seen = "missing" if raw is None else w.short(raw)
+            more = f"; the next {len(run) - 1} event(s) are off too" if len(run) > 1 else ""
+            self._report("R3", f"sequence_number must be {position} (the event's place in the "
+                               f"stream), saw {seen}{more}")
+
+
+def _position(items: list[Any], item: Any) -> int:
+    return next(k for k, candidate in enumerate(items) if candidate is item)
+
+
+def _is_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _first_difference(a: Any, b: Any, path: str) -> str | None:
+    """The first place where two JSON values differ, as `path: a vs b`; None when equal."""
+    if isinstance(a, Mapping) and isinstance(b, Mapping):
+        for key in list(a) + [k for k in b if k not in a]:
+            if key not in b:
+                return f"{path}.{key} is missing (output_item.done had {w.short(a[key])})"
+            if key not in a:
+                return f"{path}.{key} is {w.short(b[key])}, absent from output_item.done"
+            found = _first_difference(a[key], b[key], f"{path}.{key}")
+            if found is not None:
+                return found
+        return None
+    if isinstance(a, list) and isinstance(b, list):
+        if len(a) != len(b):
+            return f"{path} has {len(b)} entries, output_item.done had {len(a)}"
+        for k, (x, y) in enumerate(zip(a, b, strict=True)):
+            found = _first_difference(x, y, f"{path}[{k}]")
+            if found is not None:
+                return found
+        return None
+    if a == b and type(a) is type(b):
+        return None
+    return f"{path} is {w.short(b)}, output_item.done had {w.short(a)}"

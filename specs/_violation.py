@@ -1,0 +1,83 @@
+"""What the checker reports: one `Violation` per broken rule occurrence, and a readable report.
+
+The rule ids and titles here are the numbered rules of `specs/README.md`; keep them in step.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import attrs
+
+__all__ = ["RULES", "Violation", "format_report"]
+
+RULES: dict[str, str] = {
+    "R1": "each event is a JSON object whose `type` names a ResponseStreamEvent",
+    "R2": "each event has the fields its type requires, with the SDK's JSON types",
+    "R3": "sequence_number is 0, 1, 2, ... in stream order (no gaps, repeats or negatives)",
+    "R4": "the stream opens with response.created then response.in_progress",
+    "R5": "one response id throughout",
+    "R6": "exactly one terminal event, and it is the last event",
+    "R7": "lifecycle status agrees with the event type",
+    "R8": "response.completed carries usage",
+    "R9": "output_item.added output_index counts items from 0 without gaps",
+    "R10": "each item is added once and done once",
+    "R11": "items are not interleaved; item events refer to an open item",
+    "R12": "item ids are non-empty, unique, and the same on every event of the item",
+    "R13": "item events match the item's type",
+    "R14": "parts are indexed from 0 per item, with a part type that fits the item",
+    "R15": "part events refer to an open part; parts close before their item",
+    "R16": "every streamed text is closed by exactly one .done event, after its deltas",
+    "R17": "the deltas joined equal the .done text",
+    "R18": "content_part.done carries the part's text",
+    "R19": "output_item.done carries the item's text",
+    "R20": "a function call keeps its call_id and name from added to done to the final output",
+    "R21": "every item and part is done before the terminal lifecycle event",
+    "R22": "the terminal response's output equals the done items, in order",
+    "R23": "an error event carries a message",
+    "R24": "an SSE message's `event:` name equals its data's `type`",
+    "R25": "an SSE stream carries JSON events only (no `[DONE]` sentinel)",
+}
+
+
+@attrs.frozen(kw_only=True)
+class Violation:
+    """One broken rule at one place in a stream.
+
+    `position` is the event's index in the stream (0-based); a violation about how the stream
+    ended has `position` equal to the number of events and `event_type` None.
+    """
+
+    position: int
+    sequence_number: int | None
+    event_type: str | None
+    rule: str
+    message: str
+
+    @property
+    def rule_title(self) -> str:
+        return RULES.get(self.rule, "")
+
+
+def format_report(violations: Sequence[Violation], *, event_count: int | None = None) -> str:
+    """A human-readable report: one block per violation, in stream order, then a summary."""
+    counted = f"{event_count} events" if event_count is not None else "the stream"
+    if not violations:
+        return f"conformant: {counted}, no violations\n"
+    lines = []
+    for v in sorted(violations, key=lambda v: v.position):
+        where = f"#{v.position}"
+        if v.sequence_number is not None:
+            where += f" seq={v.sequence_number}"
+        where += f" {v.event_type}" if v.event_type is not None else " (end of stream)"
+        lines.append(f"{where}  [{v.rule}: {v.rule_title}]")
+        lines.append(f"    {v.message}")
+    by_rule: dict[str, int] = {}
+    for v in violations:
+        by_rule[v.rule] = by_rule.get(v.rule, 0) + 1
+    rules = ", ".join(
+        f"{rule}×{n}" for rule, n in sorted(by_rule.items(), key=lambda kv: int(kv[0][1:]))
+    )
+    noun = "violation" if len(violations) == 1 else "violations"
+    lines.append(f"NOT conformant: {counted}, {len(violations)} {noun} ({rules})")
+    return "\n".join(lines) + "\n"

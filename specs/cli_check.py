@@ -1,0 +1,98 @@
+"""`streamfold check [FILE|-]`: judge a recorded Responses stream against the rules.
+
+Wiring into the `streamfold` console script:
+
+    from streamfold.specs.cli_check import add_check_parser, run_check
+    add_check_parser(subparsers)       # registers `check`, sets `run=run_check`
+    ...
+    return args.run(args)
+
+Exit status: 0 conformant, 1 not conformant, 2 unreadable input (no such file, not JSON, not
+a stream). Also runnable alone: `python -m streamfold.specs.cli_check FILE`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from typing import Any
+
+import attrs
+
+from ._reading import UnreadableStreamError, check_bytes
+from ._violation import RULES, format_report
+
+__all__ = ["add_check_parser", "main", "run_check"]
+
+EXIT_CONFORMANT = 0
+EXIT_VIOLATIONS = 1
+EXIT_UNREADABLE = 2
+
+_DESCRIPTION = """\
+Check a recorded OpenAI Responses API event stream against streamfold's conformance rules
+(specs/README.md, R1-R25). FILE holds the stream as a server sent it (SSE: `event:`/`data:`
+lines) or as JSON lines, one event per line; the framing is detected. Reads stdin when FILE is
+`-` or left out. Exit status: 0 conformant, 1 violations found, 2 unreadable input.
+"""
+
+
+def add_check_parser(subparsers: Any) -> argparse.ArgumentParser:
+    """Add the `check` subcommand to an argparse `subparsers` object and return its parser."""
+    parser: argparse.ArgumentParser = subparsers.add_parser(
+        "check",
+        help="check a recorded Responses event stream for protocol violations",
+        description=_DESCRIPTION,
+    )
+    _add_arguments(parser)
+    parser.set_defaults(run=run_check)
+    return parser
+
+
+def _add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("file", nargs="?", default="-", metavar="FILE",
+                        help="the recorded stream (SSE or JSON lines); '-' or none: stdin")
+    parser.add_argument("--format", choices=("text", "json"), default="text",
+                        help="report as readable text (default) or as one JSON object")
+
+
+def run_check(args: argparse.Namespace) -> int:
+    """Run `streamfold check` with parsed `args`; return the exit status."""
+    name = "<stdin>" if args.file == "-" else args.file
+    try:
+        if args.file == "-":
+            data = sys.stdin.buffer.read()
+        else:
+            with open(args.file, "rb") as f:
+                data = f.read()
+        reading, violations = check_bytes(data)
+    except (OSError, UnreadableStreamError) as exc:
+        print(f"streamfold check: {name}: cannot read a stream: {exc}", file=sys.stderr)
+        return EXIT_UNREADABLE
+    if args.format == "json":
+        print(json.dumps({
+            "file": name,
+            "framing": reading.framing,
+            "events": len(reading.events),
+            "truncated": reading.truncated,
+            "conformant": not violations,
+            "violations": [{**attrs.asdict(v), "rule_title": RULES.get(v.rule, "")}
+                           for v in violations],
+        }))
+    else:
+        print(f"{name}: {len(reading.events)} events read as {reading.framing}")
+        if reading.truncated:
+            print("note: the input ends inside an SSE event (no closing blank line); that "
+                  "event was dropped, as SSE clients drop it")
+        print(format_report(violations, event_count=len(reading.events)), end="")
+    return EXIT_VIOLATIONS if violations else EXIT_CONFORMANT
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="streamfold check", description=_DESCRIPTION)
+    _add_arguments(parser)
+    return run_check(parser.parse_args(argv))
+
+
+if __name__ == "__main__":
+    sys.exit(main())

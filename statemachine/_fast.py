@@ -1,0 +1,63 @@
+"""A fast `evolve` for the reducer's hot path.
+
+`attrs.evolve` introspects the class on every call (about 5 µs for a state); the reducer makes a
+new state for every token, so that alone would cost more than parsing. `replacer(cls)` generates,
+once per class, a function that copies the slots of a frozen attrs instance with some fields
+changed (about 1 µs). It bypasses `__init__`, so it is only for values whose fields need no
+validation: the reducer's own internal state.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+import attrs
+
+__all__ = ["replacer"]
+
+T = TypeVar("T")
+_KEEP: Any = object()
+
+
+def replacer(cls: type[T]) -> Callable[..., T]:
+    names = [a.name for a in attrs.fields(cls)]  # type: ignore[arg-type]
+    params = ", ".join(f"{name}=_KEEP" for name in names)
+    # Each slot's own descriptor: about twice as fast as object.__setattr__.
+    body = "\n".join(
+        f"    _set_{name}(new, self.{name} if {name} is _KEEP else {name})" for name in names
+    )
+    source = f"def replace(self, *, {params}):\n    new = _new(_cls)\n{body}\n    return new\n"
+    namespace: dict[str, Any] = {"_KEEP": _KEEP, "_new": object.__new__, "_cls": cls}
+    for name in names:
+        namespace[f"_set_{name}"] = cls.__dict__[name].__set__
+    exec(source, namespace)  # the generated code only copies named slots
+    replace: Callable[..., T] = namespace["replace"]
+    replace.__qualname__ = f"{cls.__name__}.replace"
+    return replace
+
+
+def builder(cls: type[T], *names: str) -> Callable[..., T]:
+    """A positional constructor for a frozen attrs class, skipping `__init__`'s keyword work.
+
+    Fields not named keep their defaults (the wire `type`, empty logprobs). For the reducer's
+    own events on the hot path only: arguments are not validated.
+    """
+    fields = attrs.fields(cls)  # type: ignore[arg-type]
+    missing = [f.name for f in fields if f.name not in names and f.default is attrs.NOTHING]
+    if missing:
+        raise TypeError(f"builder({cls.__name__}) must set {missing}")
+    lines = [f"    _set_{name}(new, {name})" for name in names]
+    lines += [f"    _set_{f.name}(new, _default_{f.name})" for f in fields if f.name not in names]
+    source = (
+        f"def build({', '.join(names)}):\n    new = _new(_cls)\n" + "\n".join(lines) + "\n"
+        "    return new\n"
+    )
+    namespace: dict[str, Any] = {"_new": object.__new__, "_cls": cls}
+    for f in fields:
+        namespace[f"_set_{f.name}"] = cls.__dict__[f.name].__set__
+        namespace[f"_default_{f.name}"] = f.default
+    exec(source, namespace)  # the generated code only sets named slots
+    build: Callable[..., T] = namespace["build"]
+    build.__qualname__ = f"{cls.__name__}.build"
+    return build

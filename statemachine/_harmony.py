@@ -1,0 +1,278 @@
+"""The harmony grammar (gpt-oss): which tokens open, grow and close which items.
+
+Generation starts right after the prompt's `<|start|>assistant`, so the reducer begins in the
+header. The phases and what each token does in them:
+
+| phase        | `<|message|>`          | stop: `<|end|>` `<|return|>` `<|call|>` `<|endoftext|>` | `<|start|>`     | `<|channel|>`          | other control | text                   |
+|--------------|------------------------|--------------------------------------------|-----------------|------------------------|---------------|------------------------|
+| header       | parse header, open item → content | flush header text as an item (bug 44) → expect | restart header | part of header | ignored | part of header (too long → it was text, bug 45) |
+| content      | ignored                | close item → expect                        | close item → header | close item → header (bug 41) | ignored | delta                  |
+| expect_start | ignored                | ignored: EOS (bug 39)                      | → header        | → header (role implied) | ignored      | → header (stray text)  |
+
+A header decides the item (see `_header.py` for the lenient parsing): `to=functions.NAME` on any
+channel (or a bare declared function name) is a function call (bug 52, 53), `to=browser.*` a web
+search call, `to=python` a code interpreter call, any other recipient an MCP call; without a
+recipient `analysis` is reasoning, `final` the answer, `commentary` a preamble message (bug 62),
+and an unknown channel a message, so its text is shown rather than lost (bug 45).
+"""
+
+from __future__ import annotations
+
+import codecs
+from typing import Any, Literal
+
+import attrs
+
+from ._header import Header, parse_header
+from ._items import _DELTAS, ItemKind, Out, append_bytes, append_text, replace_item
+from ._reducer import ResponseState, close_open, open_next, replace_state
+from ._text import Rope, rope_items
+from ._vocab import Vocabulary
+
+__all__ = ["HarmonyGrammar", "HarmonyParse"]
+
+Phase = Literal["header", "content", "expect_start"]
+
+#: A header longer than this without `<|message|>` was never a header; its text is shown.
+HEADER_LIMIT_BYTES = 512
+
+
+@attrs.frozen(kw_only=True)
+class HarmonyParse:
+    phase: Phase = "header"
+    header: Rope = None  # token ids of the header so far
+    header_bytes: int = 0
+    role_pending: bool = False
+
+
+_EXPECT_START = HarmonyParse(phase="expect_start")
+# The content phase is always this one value, so the hot path can test it by identity.
+_CONTENT = HarmonyParse(phase="content")
+_decode = codecs.utf_8_decode
+
+
+@attrs.frozen(kw_only=True, eq=False)
+class HarmonyGrammar:
+    """Harmony over a vocabulary that has its special tokens (o200k_harmony)."""
+
+    vocabulary: Vocabulary
+    name: str = "harmony"
+    start_id: int = attrs.field(init=False)
+    message_id: int = attrs.field(init=False)
+    channel_id: int = attrs.field(init=False)
+    stops: frozenset[int] = attrs.field(init=False)
+
+    def __attrs_post_init__(self) -> None:
+        v = self.vocabulary
+        object.__setattr__(self, "start_id", v.id_of("<|start|>"))
+        object.__setattr__(self, "message_id", v.id_of("<|message|>"))
+        object.__setattr__(self, "channel_id", v.id_of("<|channel|>"))
+        stops = {v.id_of("<|end|>"), v.id_of("<|return|>"), v.id_of("<|call|>")}
+        if "<|endoftext|>" in v.special:
+            stops.add(v.special["<|endoftext|>"])
+        object.__setattr__(self, "stops", frozenset(stops))
+
+    def initial(self) -> HarmonyParse:
+        return HarmonyParse()
+
+    # -- per token ----------------------------------------------------------------------------
+
+    def feed(
+        self, state: ResponseState, out: Out, token: int, logprob: float | None, top_logprobs: Any
+    ) -> ResponseState:
+        parse: HarmonyParse = state.parse
+        item = state.open
+        if (
+            parse is _CONTENT
+            and logprob is None
+            and item is not None
+            and token not in self.vocabulary.special_ids
+        ):
+            # The hot path, inlined: one token of text gives at most one delta event, one new
+            # item and one new state. Everything else takes the general path below.
+            data = self.vocabulary.token_bytes[token]
+            if item.pending:
+                data = item.pending + data
+            text, used = _decode(data, "replace", False)
+            pending = data[used:] if used < len(data) else b""
+            if text:
+                make = _DELTAS[item.kind]
+                if make is not None:
+                    out.events.append(make(out.seq, item, text, ()))
+                    out.seq += 1
+                item = replace_item(item, text=(item.text, text), pending=pending)
+            else:
+                item = replace_item(item, pending=pending)
+            return replace_state(
+                state,
+                open=item,
+                seq=out.seq,
+                output_tokens=state.output_tokens + 1,
+                reasoning_tokens=state.reasoning_tokens + (item.kind == "reasoning"),
+            )
+        phase = parse.phase
+        if phase == "content":
+            return self._content(state, out, token, logprob, top_logprobs)
+        if phase == "header":
+            return self._header(state, out, token)
+        return self._expect_start(state, token)
+
+    def _content(
+        self, state: ResponseState, out: Out, token: int, logprob: float | None, top_logprobs: Any
+    ) -> ResponseState:
+        item = state.open
+        reasoning = state.reasoning_tokens + (item is not None and item.kind == "reasoning")
+        if token in self.vocabulary.special_ids or item is None:
+            state = replace_state(state, reasoning_tokens=reasoning)
+            if token in self.stops:
+                state = close_open(state, out, complete=True)
+                return replace_state(state, parse=_EXPECT_START)
+            if token == self.start_id or token == self.channel_id:
+                # A new header inside content: the model skipped `<|end|>`. Close, then re-read.
+                return self._begin_header(close_open(state, out, complete=True), token)
+            return state  # a stray control token is not text the model meant to show
+        # The hot path: one token of text, one new item and one new state.
+        item = append_bytes(
+            out,
+            item,
+            self.vocabulary.token_bytes[token],
+            self.vocabulary,
+            token,
+            logprob,
+            top_logprobs,
+        )
+        return replace_state(
+            state,
+            open=item,
+            reasoning_tokens=reasoning,
+            seq=out.seq,
+            output_tokens=state.output_tokens + 1,
+        )
+
+    def _begin_header(self, state: ResponseState, token: int) -> ResponseState:
+        if token == self.start_id:
+            return attrs.evolve(state, parse=HarmonyParse(phase="header", role_pending=True))
+        return attrs.evolve(
+            state,
+            parse=HarmonyParse(
+                phase="header",
+                header=(None, token),
+                header_bytes=len(self.vocabulary.token_bytes[token]),
+            ),
+        )
+
+    def _expect_start(self, state: ResponseState, token: int) -> ResponseState:
+        if token in self.stops:
+            return state  # `<|return|>` after `<|end|>`: the turn is over (bug 39)
+        if token == self.start_id or token == self.channel_id:
+            return self._begin_header(state, token)
+        if token in self.vocabulary.special_ids:
+            return state
+        return self._begin_header(state, token)  # stray text where a header should start
+
+    def _header(self, state: ResponseState, out: Out, token: int) -> ResponseState:
+        parse: HarmonyParse = state.parse
+        if token == self.message_id:
+            header = self._parse(parse)
+            if not header.is_header:
+                return self._header_was_text(state, out)
+            state = self._open(state, out, header)
+            return replace_state(state, parse=_CONTENT)
+        if token in self.stops:
+            state = self._flush_header(state, out, complete=True, stopped=True)
+            return replace_state(state, parse=_EXPECT_START)
+        if token == self.start_id:
+            return attrs.evolve(state, parse=HarmonyParse(phase="header", role_pending=True))
+        size = parse.header_bytes + len(self.vocabulary.token_bytes[token])
+        parse = attrs.evolve(parse, header=(parse.header, token), header_bytes=size)
+        if size > HEADER_LIMIT_BYTES:
+            return self._header_was_text(attrs.evolve(state, parse=parse), out)
+        return attrs.evolve(state, parse=parse)
+
+    # -- headers ------------------------------------------------------------------------------
+
+    def _parse(self, parse: HarmonyParse) -> Header:
+        raw = b"".join(self.vocabulary.token_bytes[t] for t in rope_items(parse.header))
+        return parse_header(raw.decode("utf-8", "replace"), role_pending=parse.role_pending)
+
+    def _open(self, state: ResponseState, out: Out, header: Header) -> ResponseState:
+        kind, name, label, phase = self._route(state, header)
+        item = open_next(out, state, kind, name=name, server_label=label, phase=phase)
+        return replace_state(state, open=item)
+
+    def _route(
+        self, state: ResponseState, header: Header
+    ) -> tuple[ItemKind, str | None, str | None, Literal["commentary", "final_answer"] | None]:
+        recipient = header.recipient
+        if recipient is not None:
+            declared = {tool.name for tool in state.response.tools}
+            if recipient.startswith("functions."):
+                return "function_call", recipient.removeprefix("functions."), None, None
+            if recipient in declared:
+                return "function_call", recipient, None, None
+            if recipient == "browser" or recipient.startswith("browser."):
+                return "web_search_call", recipient.partition(".")[2] or None, None, None
+            if recipient == "python" or recipient.startswith("python."):
+                return "code_interpreter_call", None, None, None
+            label, _, name = recipient.partition(".")
+            return "mcp_call", name or recipient, label, None
+        if header.channel == "analysis":
+            return "reasoning", None, None, None
+        if header.channel == "final":
+            return "message", None, None, "final_answer"
+        if header.channel == "commentary":
+            return "message", None, None, "commentary"
+        return "message", None, None, None
+
+    def _flush_header(
+        self, state: ResponseState, out: Out, *, complete: bool, stopped: bool
+    ) -> ResponseState:
+        """A header that never reached `<|message|>`: keep whatever it said.
+
+        Ended by a stop token (`stopped`), the header is complete and anything after its
+        markers is content (non-strict harmony, bug 44; an unterminated call, bug 58). Cut off
+        by the end of generation, a real header is unfinished: its words may be half a
+        recipient, so nothing is shown; stray text that never looked like a header is.
+        """
+        parse: HarmonyParse = state.parse
+        if parse.header is None:
+            return state
+        header = self._parse(parse)
+        if not header.is_header:
+            if not self._text_of(parse.header).strip() or (parse.role_pending and not header.rest):
+                return state  # only markers or a role word: nothing was said
+            return close_open(self._header_was_text(state, out), out, complete=complete)
+        if not stopped or (not header.rest and header.recipient is None):
+            return state
+        state = self._open(state, out, header)
+        state = attrs.evolve(state, open=append_text(out, state.open, header.rest))  # type: ignore[arg-type]
+        return close_open(state, out, complete=complete)
+
+    def _text_of(self, header: Rope) -> str:
+        return b"".join(
+            self.vocabulary.token_bytes[t]
+            for t in rope_items(header)
+            if t not in self.vocabulary.special_ids
+        ).decode("utf-8", "replace")
+
+    def _header_was_text(self, state: ResponseState, out: Out) -> ResponseState:
+        """What looked like a header was text: show it as a message, control tokens dropped.
+
+        After `<|start|>` the first word is the role (`assistant`), not text.
+        """
+        parse: HarmonyParse = state.parse
+        text = self._text_of(parse.header)
+        if parse.role_pending:
+            role = self._parse(parse).role
+            stripped = text.lstrip()
+            if role and stripped.startswith(role):
+                text = stripped[len(role) :]
+        state = self._open(state, out, Header())
+        item = append_text(out, state.open, text)  # type: ignore[arg-type]
+        return attrs.evolve(state, open=item, parse=_CONTENT)
+
+    def flush(self, state: ResponseState, out: Out, complete: bool) -> ResponseState:
+        parse: HarmonyParse = state.parse
+        if parse.phase == "header":
+            state = self._flush_header(state, out, complete=complete, stopped=False)
+        return replace_state(state, parse=_EXPECT_START)

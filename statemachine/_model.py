@@ -1,0 +1,337 @@
+"""The objects inside Responses events: the Response, its output items, content parts, usage.
+
+Each class mirrors the openai-python model of the same wire `type` (named in its docstring), as
+a frozen keyword-only attrs value. Lists are tuples so values stay immutable and hashable.
+Fields that the SDK marks optional default to None; the wire converter (`_wire.py`) leaves
+those out of the JSON, except on `Response`, whose nulls the API itself sends.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+import attrs
+
+__all__ = [
+    "ActionFind",
+    "ActionOpenPage",
+    "ActionSearch",
+    "CodeInterpreterOutputLogs",
+    "FunctionTool",
+    "IncompleteDetails",
+    "InputTokensDetails",
+    "Logprob",
+    "LogprobTopLogprob",
+    "McpCall",
+    "OutputItem",
+    "OutputTokensDetails",
+    "ReasoningConfig",
+    "ReasoningText",
+    "Response",
+    "ResponseCodeInterpreterToolCall",
+    "ResponseError",
+    "ResponseFunctionToolCall",
+    "ResponseFunctionWebSearch",
+    "ResponseOutputMessage",
+    "ResponseOutputRefusal",
+    "ResponseOutputText",
+    "ResponseReasoningItem",
+    "ResponseStatus",
+    "ResponseUsage",
+    "SummaryText",
+    "TextLogprob",
+    "TextTopLogprob",
+    "ToolChoiceFunction",
+    "WebSearchAction",
+]
+
+ItemStatus = Literal["in_progress", "completed", "incomplete"]
+ResponseStatus = Literal["completed", "failed", "in_progress", "cancelled", "queued", "incomplete"]
+
+
+# --- content parts -------------------------------------------------------------------------
+
+
+@attrs.frozen(kw_only=True)
+class LogprobTopLogprob:
+    """openai `response_output_text.LogprobTopLogprob` (inside a content part)."""
+
+    token: str
+    bytes: tuple[int, ...]
+    logprob: float
+
+
+@attrs.frozen(kw_only=True)
+class Logprob:
+    """openai `response_output_text.Logprob`: a token's logprob inside an `output_text` part."""
+
+    token: str
+    bytes: tuple[int, ...]
+    logprob: float
+    top_logprobs: tuple[LogprobTopLogprob, ...] = ()
+
+
+@attrs.frozen(kw_only=True)
+class TextTopLogprob:
+    """openai `response_text_delta_event.LogprobTopLogprob`."""
+
+    token: str | None = None
+    logprob: float | None = None
+
+
+@attrs.frozen(kw_only=True)
+class TextLogprob:
+    """openai `response_text_delta_event.Logprob`: on `output_text.delta`/`.done` events."""
+
+    token: str
+    logprob: float
+    top_logprobs: tuple[TextTopLogprob, ...] | None = None
+
+
+@attrs.frozen(kw_only=True)
+class ResponseOutputText:
+    """openai `ResponseOutputText`, wire type `output_text`."""
+
+    type: Literal["output_text"] = attrs.field(default="output_text", init=False)
+    text: str
+    annotations: tuple[()] = ()
+    logprobs: tuple[Logprob, ...] = ()
+
+
+@attrs.frozen(kw_only=True)
+class ResponseOutputRefusal:
+    """openai `ResponseOutputRefusal`, wire type `refusal`."""
+
+    type: Literal["refusal"] = attrs.field(default="refusal", init=False)
+    refusal: str
+
+
+@attrs.frozen(kw_only=True)
+class ReasoningText:
+    """openai `response_reasoning_item.Content`, wire type `reasoning_text`."""
+
+    type: Literal["reasoning_text"] = attrs.field(default="reasoning_text", init=False)
+    text: str
+
+
+@attrs.frozen(kw_only=True)
+class SummaryText:
+    """openai `response_reasoning_item.Summary`, wire type `summary_text`."""
+
+    type: Literal["summary_text"] = attrs.field(default="summary_text", init=False)
+    text: str
+
+
+MessageContent = ResponseOutputText | ResponseOutputRefusal
+ContentPart = ResponseOutputText | ResponseOutputRefusal | ReasoningText
+
+
+# --- output items --------------------------------------------------------------------------
+
+
+@attrs.frozen(kw_only=True)
+class ResponseOutputMessage:
+    """openai `ResponseOutputMessage`, wire type `message`."""
+
+    type: Literal["message"] = attrs.field(default="message", init=False)
+    id: str
+    role: Literal["assistant"] = "assistant"
+    status: ItemStatus
+    content: tuple[MessageContent, ...] = ()
+    phase: Literal["commentary", "final_answer"] | None = None
+
+
+@attrs.frozen(kw_only=True)
+class ResponseReasoningItem:
+    """openai `ResponseReasoningItem`, wire type `reasoning`."""
+
+    type: Literal["reasoning"] = attrs.field(default="reasoning", init=False)
+    id: str
+    summary: tuple[SummaryText, ...] = ()
+    content: tuple[ReasoningText, ...] | None = None
+    encrypted_content: str | None = None
+    status: ItemStatus | None = None
+
+
+@attrs.frozen(kw_only=True)
+class ResponseFunctionToolCall:
+    """openai `ResponseFunctionToolCall`, wire type `function_call`."""
+
+    type: Literal["function_call"] = attrs.field(default="function_call", init=False)
+    id: str
+    call_id: str
+    name: str
+    arguments: str
+    status: ItemStatus | None = None
+
+
+@attrs.frozen(kw_only=True)
+class ActionSearch:
+    """openai `response_function_web_search.ActionSearch`."""
+
+    type: Literal["search"] = attrs.field(default="search", init=False)
+    query: str | None = None
+    queries: tuple[str, ...] | None = None
+
+
+@attrs.frozen(kw_only=True)
+class ActionOpenPage:
+    """openai `response_function_web_search.ActionOpenPage`."""
+
+    type: Literal["open_page"] = attrs.field(default="open_page", init=False)
+    url: str | None = None
+
+
+@attrs.frozen(kw_only=True)
+class ActionFind:
+    """openai `response_function_web_search.ActionFind`."""
+
+    type: Literal["find_in_page"] = attrs.field(default="find_in_page", init=False)
+    pattern: str
+    url: str
+
+
+WebSearchAction = ActionSearch | ActionOpenPage | ActionFind
+
+
+@attrs.frozen(kw_only=True)
+class ResponseFunctionWebSearch:
+    """openai `ResponseFunctionWebSearch`, wire type `web_search_call` (gpt-oss `browser.*`)."""
+
+    type: Literal["web_search_call"] = attrs.field(default="web_search_call", init=False)
+    id: str
+    action: WebSearchAction
+    status: Literal["in_progress", "searching", "completed", "failed", "incomplete"]
+
+
+@attrs.frozen(kw_only=True)
+class CodeInterpreterOutputLogs:
+    """openai `response_code_interpreter_tool_call.OutputLogs`."""
+
+    type: Literal["logs"] = attrs.field(default="logs", init=False)
+    logs: str
+
+
+@attrs.frozen(kw_only=True)
+class ResponseCodeInterpreterToolCall:
+    """openai `ResponseCodeInterpreterToolCall`, wire type `code_interpreter_call` (`python`)."""
+
+    type: Literal["code_interpreter_call"] = attrs.field(
+        default="code_interpreter_call", init=False
+    )
+    id: str
+    code: str | None
+    container_id: str
+    outputs: tuple[CodeInterpreterOutputLogs, ...] | None = None
+    status: Literal["in_progress", "completed", "incomplete", "interpreting", "failed"]
+
+
+@attrs.frozen(kw_only=True)
+class McpCall:
+    """openai `response_output_item.McpCall`, wire type `mcp_call` (other gpt-oss recipients)."""
+
+    type: Literal["mcp_call"] = attrs.field(default="mcp_call", init=False)
+    id: str
+    name: str
+    server_label: str
+    arguments: str
+    output: str | None = None
+    status: Literal["in_progress", "completed", "incomplete", "calling", "failed"] | None = None
+
+
+OutputItem = (
+    ResponseOutputMessage
+    | ResponseReasoningItem
+    | ResponseFunctionToolCall
+    | ResponseFunctionWebSearch
+    | ResponseCodeInterpreterToolCall
+    | McpCall
+)
+
+
+# --- the response --------------------------------------------------------------------------
+
+
+@attrs.frozen(kw_only=True)
+class InputTokensDetails:
+    cached_tokens: int = 0
+    cache_write_tokens: int = 0
+
+
+@attrs.frozen(kw_only=True)
+class OutputTokensDetails:
+    reasoning_tokens: int = 0
+
+
+@attrs.frozen(kw_only=True)
+class ResponseUsage:
+    """openai `ResponseUsage`. `cache_write_tokens` is required since openai 3.54."""
+
+    input_tokens: int
+    input_tokens_details: InputTokensDetails = InputTokensDetails()
+    output_tokens: int
+    output_tokens_details: OutputTokensDetails = OutputTokensDetails()
+    total_tokens: int
+
+
+@attrs.frozen(kw_only=True)
+class ResponseError:
+    """openai `ResponseError`: why a response failed."""
+
+    code: Literal["server_error", "rate_limit_exceeded", "invalid_prompt"] = "server_error"
+    message: str
+
+
+@attrs.frozen(kw_only=True)
+class IncompleteDetails:
+    reason: Literal["max_output_tokens", "max_messages", "content_filter"] | None = None
+
+
+@attrs.frozen(kw_only=True)
+class FunctionTool:
+    """openai `FunctionTool`: a tool the request declares."""
+
+    type: Literal["function"] = attrs.field(default="function", init=False)
+    name: str
+    parameters: dict[str, object] | None = None
+    strict: bool | None = None
+    description: str | None = None
+
+
+@attrs.frozen(kw_only=True)
+class ToolChoiceFunction:
+    type: Literal["function"] = attrs.field(default="function", init=False)
+    name: str
+
+
+@attrs.frozen(kw_only=True)
+class ReasoningConfig:
+    effort: Literal["minimal", "low", "medium", "high"] | None = None
+    summary: Literal["auto", "concise", "detailed"] | None = None
+
+
+@attrs.frozen(kw_only=True)
+class Response:
+    """openai `Response`: carried whole by every lifecycle event."""
+
+    id: str
+    object: Literal["response"] = attrs.field(default="response", init=False)
+    created_at: int
+    model: str
+    status: ResponseStatus
+    output: tuple[OutputItem, ...] = ()
+    parallel_tool_calls: bool = True
+    tool_choice: Literal["auto", "none", "required"] | ToolChoiceFunction = "auto"
+    tools: tuple[FunctionTool, ...] = ()
+    error: ResponseError | None = None
+    incomplete_details: IncompleteDetails | None = None
+    usage: ResponseUsage | None = None
+    instructions: str | None = None
+    metadata: dict[str, str] | None = None
+    temperature: float | None = None
+    top_p: float | None = None
+    max_output_tokens: int | None = None
+    reasoning: ReasoningConfig | None = None
+    background: bool | None = None
+    previous_response_id: str | None = None
+    completed_at: int | None = None

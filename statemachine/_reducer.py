@@ -1,0 +1,225 @@
+"""The reducer: `start`, `step`, `finish` over an immutable `ResponseState`.
+
+Theory of operation
+-------------------
+A response moves through three phases: *started* (`start` has emitted `response.created` and
+`response.in_progress`), *streaming* (each `step` consumes exactly one token id and returns the
+events that token causes), and *finished* (`finish` closed every open part and item and emitted
+exactly one terminal event). Stepping or finishing a finished response is misuse and raises
+`ReducerUsageError`; malformed *model output* never raises, it degrades into ordinary items.
+
+What a token means depends on the grammar (`HarmonyGrammar` for gpt-oss, `ThinkTagGrammar` for
+`<think>` models): the grammar decides when an item opens, grows and closes; `_items.py` decides
+what events that is. Sequence numbers, output indices and ids are fixed at the moment an event
+is made and travel in the state; nothing is patched later.
+
+Every call returns a new state and leaves its input untouched, reads no clock and draws no
+random number: the same tokens give byte-identical events, however the engine chunked them.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal, Protocol
+
+import attrs
+
+from . import _events as ev
+from . import _model as m
+from ._errors import ReducerUsageError
+from ._fast import replacer
+from ._items import ItemKind, OpenItem, Out, close_item, open_item
+from ._vocab import Vocabulary
+
+__all__ = [
+    "FinishReason",
+    "Grammar",
+    "ResponseState",
+    "close_open",
+    "finish",
+    "open_next",
+    "start",
+    "step",
+]
+
+FinishReason = Literal["stop", "length", "abort", "error"]
+_REASONS = ("stop", "length", "abort", "error")
+
+
+class Grammar(Protocol):
+    """How one model family's tokens become items (see `_harmony.py`, `_thinktags.py`)."""
+
+    name: str
+    vocabulary: Vocabulary
+
+    def initial(self) -> Any:
+        """The grammar's own parse state at the start of generation."""
+
+    def feed(
+        self, state: ResponseState, out: Out, token: int, logprob: float | None, top_logprobs: Any
+    ) -> ResponseState:
+        """Consume one token (already validated and counted); emit through `out`."""
+
+    def flush(self, state: ResponseState, out: Out, complete: bool) -> ResponseState:
+        """At finish: turn anything held back (a half-read header or tag) into items."""
+
+
+@attrs.frozen(kw_only=True)
+class ResponseState:
+    """Everything the reducer knows between two tokens. Immutable; cheap to copy."""
+
+    grammar: Grammar
+    response: m.Response
+    seq: int
+    output: tuple[m.OutputItem, ...] = ()
+    open: OpenItem | None = None
+    parse: Any = None
+    output_tokens: int = 0
+    reasoning_tokens: int = 0
+    input_tokens: int = 0
+    finished: bool = False
+
+    @property
+    def next_output_index(self) -> int:
+        return len(self.output) + (self.open is not None)
+
+
+replace_state = replacer(ResponseState)
+
+
+def start(
+    grammar: Grammar, response: m.Response, *, input_tokens: int = 0
+) -> tuple[ResponseState, list[ev.Event]]:
+    """Begin a response: emits `response.created` and `response.in_progress`.
+
+    `response` carries the identity and echoed request settings (id, model, created_at,
+    tools, instructions, ...); its status and output are set here.
+    """
+    if response.output:
+        raise ReducerUsageError(
+            "start() takes a Response with empty output; items come from tokens"
+        )
+    response = attrs.evolve(
+        response, status="in_progress", usage=None, error=None, incomplete_details=None
+    )
+    out = Out(0)
+    out.emit(ev.ResponseCreatedEvent, response=response)
+    out.emit(ev.ResponseInProgressEvent, response=response)
+    state = ResponseState(
+        grammar=grammar,
+        response=response,
+        seq=out.seq,
+        parse=grammar.initial(),
+        input_tokens=input_tokens,
+    )
+    return state, out.events
+
+
+def step(
+    state: ResponseState,
+    token: int,
+    logprob: float | None = None,
+    top_logprobs: tuple[tuple[int, float], ...] | None = None,
+) -> tuple[ResponseState, list[ev.Event]]:
+    """Consume exactly one token id; returns the new state and the events it caused."""
+    if state.finished:
+        raise ReducerUsageError(
+            f"step() after finish() on response {state.response.id}: the response is closed; "
+            "start a new one with start()"
+        )
+    grammar = state.grammar
+    if type(token) is not int or not 0 <= token < len(grammar.vocabulary.token_bytes):
+        grammar.vocabulary.bytes_of(token)  # raises ReducerUsageError naming the token
+    out = Out(state.seq)
+    new = grammar.feed(state, out, token, logprob, top_logprobs)
+    # A grammar may count the token and set `seq` itself, saving a copy on the hot path.
+    if new.output_tokens == state.output_tokens or new.seq != out.seq:
+        new = replace_state(new, seq=out.seq, output_tokens=state.output_tokens + 1)
+    return new, out.events
+
+
+def open_next(out: Out, state: ResponseState, kind: ItemKind, **identity: Any) -> OpenItem:
+    """Open the next item of `state`'s response (its output index and ids follow from the state).
+
+    `identity` is `name`, `server_label` or `phase`, as the kind needs.
+    """
+    return open_item(
+        out,
+        kind=kind,
+        output_index=state.next_output_index,
+        response_id=state.response.id,
+        **identity,
+    )
+
+
+def close_open(state: ResponseState, out: Out, *, complete: bool) -> ResponseState:
+    """Close the open item, if any, and append it to the output."""
+    if state.open is None:
+        return state
+    done = close_item(out, state.open, state.grammar.vocabulary, complete=complete)
+    return attrs.evolve(state, open=None, output=(*state.output, done))
+
+
+def _usage(state: ResponseState) -> m.ResponseUsage:
+    return m.ResponseUsage(
+        input_tokens=state.input_tokens,
+        output_tokens=state.output_tokens,
+        output_tokens_details=m.OutputTokensDetails(reasoning_tokens=state.reasoning_tokens),
+        total_tokens=state.input_tokens + state.output_tokens,
+    )
+
+
+def finish(
+    state: ResponseState, reason: FinishReason, error: str | None = None
+) -> tuple[ResponseState, list[ev.Event]]:
+    """Close every open part and item, then emit exactly one terminal event.
+
+    `stop` → `response.completed`; `length` → `response.incomplete` (reason
+    `max_output_tokens`, the cut item `incomplete`); `error` → `response.failed` with `error`
+    as its message; `abort` → `response.failed` with status `cancelled` (the SDK has no
+    `response.cancelled` event; see specs/README.md).
+    """
+    if state.finished:
+        raise ReducerUsageError(
+            f"finish() called twice on response {state.response.id}; a response has exactly "
+            "one terminal event"
+        )
+    if reason not in _REASONS:
+        raise ReducerUsageError(f"finish reason must be one of {_REASONS}, got {reason!r}")
+    complete = reason == "stop"
+    out = Out(state.seq)
+    state = state.grammar.flush(state, out, complete)
+    state = close_open(state, out, complete=complete)
+    base = attrs.evolve(state.response, output=state.output, usage=_usage(state))
+    if reason == "stop":
+        out.emit(ev.ResponseCompletedEvent, response=attrs.evolve(base, status="completed"))
+    elif reason == "length":
+        out.emit(
+            ev.ResponseIncompleteEvent,
+            response=attrs.evolve(
+                base,
+                status="incomplete",
+                incomplete_details=m.IncompleteDetails(reason="max_output_tokens"),
+            ),
+        )
+    elif reason == "error":
+        out.emit(
+            ev.ResponseFailedEvent,
+            response=attrs.evolve(
+                base,
+                status="failed",
+                error=m.ResponseError(code="server_error", message=error or "generation failed"),
+            ),
+        )
+    else:
+        out.emit(
+            ev.ResponseFailedEvent,
+            response=attrs.evolve(
+                base,
+                status="cancelled",
+                error=m.ResponseError(
+                    code="server_error",
+                    message=error or "the response was cancelled before it finished",
+                ),
+            ),
+        )
+    return attrs.evolve(state, seq=out.seq, finished=True), out.events

@@ -1,0 +1,381 @@
+"""The think-tag grammar (Qwen3, DeepSeek-R1 and kin): `<think>…</think>` and Hermes
+`<tool_call>{…}</tool_call>` over any byte-level vocabulary.
+
+Tags are found in the decoded *text*, never by token id, so they work as single special tokens
+and split over ordinary ones (o200k_base sends `<think>` as `<th` `ink` `>`, and `>` often
+shares a token with the newline after it). Each token's bytes are decoded (a character split
+over tokens waits for its last byte), then cut at tags; text at the end that could still be
+the start of a tag is *held* until the next token says whether it is, so every boundary is
+decided on the same text that is emitted (peers' bugs 21-23: a token holding the end of
+reasoning, some content and the start of a tool call is cut in three, nothing is dropped or
+overwritten). Per token that is O(token length + longest tag), plus, while a call's name is
+still being read, one match over at most `HEAD_LIMIT` characters: nothing is re-scanned.
+
+| mode      | tag            | text            | on the tag                                      |
+|-----------|----------------|-----------------|-------------------------------------------------|
+| text      | `<think>`      | message delta   | close the message → reasoning                   |
+|           | `<tool_call>`  |                 | → tool (the message stays open, see below)      |
+| reasoning | `</think>`     | reasoning delta | close the reasoning → text                      |
+|           | `<think>`      |                 | before any reasoning text: dropped (the prompt  |
+|           |                |                 | opened it, bug 22); later: literal reasoning    |
+| tool      | `</tool_call>` | call body       | end the call (see `_hermes.py`) → text          |
+
+Every other tag-like text is literal text of the mode it is in (a stray `</think>` in the
+answer, `<tool_call>` inside reasoning). Special tokens whose text is not a tag (`<|im_end|>`,
+`<|endoftext|>`) are control tokens and show no text.
+
+Items. An item's text is its run's text without the whitespace at either end: the item opens
+at the first non-whitespace character, and whitespace at the end of what has arrived is held
+until more visible text follows (it is then sent with it) or the run ends (it is dropped). So
+the blank lines around tags (`\\n</think>\\n\\n`, `<think>\\n\\n</think>` when thinking is off)
+open no item and no text starts or ends with them; whitespace inside a run is kept. A tool call
+opens its `function_call` item once its name and the start of its arguments object are read,
+then streams the arguments text as the model writes it; from then on the call is committed
+(its arguments are what the model wrote, valid JSON or not, as with harmony). It closes when
+its arguments value does; what follows up to `</tool_call>` (the `}`) is markup. As in vLLM's
+hermes parser, the first `</tool_call>` ends a call, even inside a JSON string. A body that
+never gets there is read whole at `</tool_call>`; if it is not a call, `<tool_call>`, the body
+and `</tool_call>` are message text, in the same message as the text around them (the message
+is closed only when a call really opens).
+
+At finish: on `stop`, held text and a half character are released as text and an unclosed
+call body is read as above (an unclosed `<think>` leaves a completed reasoning item). When
+cut (`length`, `abort`, `error`) they are dropped, as is an uncommitted call body: it might
+still have become markup, and dropping it keeps every text of a cut response a prefix of the
+text the longer run would have shown.
+
+`reasoning_tokens` counts the tokens that arrive inside reasoning or take the grammar into it.
+Logprobs are not attached to think-tag message text (a token's text may straddle a tag).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+from typing import Any, Literal
+
+import attrs
+
+from ._errors import ReducerUsageError
+from ._fast import replacer
+from ._hermes import HEAD_LIMIT, ArgumentsScan, match_head, parse_call
+from ._items import ItemKind, Out, append_text
+from ._reducer import ResponseState, close_open, open_next, replace_state
+from ._text import Rope, decode_utf8, flush_utf8, rope_text
+from ._vocab import Vocabulary
+
+__all__ = ["ThinkTagGrammar", "ThinkTagParse", "ToolCallParse"]
+
+Mode = Literal["text", "reasoning", "tool"]
+
+#: Whitespace at the end of a run is held back up to this many characters at a time.
+BLANK_LIMIT = 256
+
+
+@attrs.frozen(kw_only=True)
+class ToolCallParse:
+    """A call body being read: `head` until the name is known, then `arguments`, then
+    `trailer` (what follows the arguments value up to `</tool_call>`, which is markup)."""
+
+    phase: Literal["head", "arguments", "trailer"] = "head"
+    body: Rope = None  # the whole body so far, for the buffered path
+    head: str = ""  # its first HEAD_LIMIT characters, where the name must be
+    streamable: bool = True  # false once the head is full and did not match
+    scan: ArgumentsScan = attrs.field(factory=ArgumentsScan)
+
+
+@attrs.frozen(kw_only=True)
+class ThinkTagParse:
+    mode: Mode = "text"
+    held: str = ""  # decoded text that may be the start of a tag
+    pending: bytes = b""  # the first bytes of a character not yet complete
+    blank: str = ""  # whitespace at the end of the open run, sent only if text follows
+    call: ToolCallParse | None = None
+
+
+replace_parse = replacer(ThinkTagParse)
+replace_call = replacer(ToolCallParse)
+
+
+def _proper_prefixes(tags: tuple[str, ...]) -> frozenset[str]:
+    return frozenset(tag[:k] for tag in tags for k in range(1, len(tag)))
+
+
+@attrs.frozen(eq=False)
+class ThinkTagGrammar:
+    """`<think>` reasoning and Hermes tool calls over any vocabulary (see the module doc)."""
+
+    vocabulary: Vocabulary
+    start_in_reasoning: bool = attrs.field(default=False, kw_only=True)
+    think_open: str = attrs.field(default="<think>", kw_only=True)
+    think_close: str = attrs.field(default="</think>", kw_only=True)
+    tool_open: str = attrs.field(default="<tool_call>", kw_only=True)
+    tool_close: str = attrs.field(default="</tool_call>", kw_only=True)
+    name: str = attrs.field(default="thinktags", init=False)
+    _tags: dict[str, tuple[str, ...]] = attrs.field(init=False, repr=False)
+    _prefixes: dict[str, frozenset[str]] = attrs.field(init=False, repr=False)
+    _starts: dict[str, frozenset[str]] = attrs.field(init=False, repr=False)
+    _tag_start: dict[str, Callable[[str], object]] = attrs.field(init=False, repr=False)
+    _longest: dict[str, int] = attrs.field(init=False, repr=False)
+    _tag_tokens: frozenset[int] = attrs.field(init=False, repr=False)
+
+    def __attrs_post_init__(self) -> None:
+        tags = {
+            "text": (self.think_open, self.tool_open),
+            "reasoning": (self.think_close, self.think_open),
+            "tool": (self.tool_close,),
+        }
+        for field in ("think_open", "think_close", "tool_open", "tool_close"):
+            if not getattr(self, field):
+                raise ReducerUsageError(
+                    f"ThinkTagGrammar({field}=''): a tag must not be empty; pass the text the "
+                    "model writes, such as '<think>'"
+                )
+        for one, other in (("think_open", "tool_open"), ("think_open", "think_close")):
+            a, b = getattr(self, one), getattr(self, other)
+            if a.startswith(b) or b.startswith(a):
+                raise ReducerUsageError(
+                    f"ThinkTagGrammar: {one}={a!r} and {other}={b!r} start alike, so the text "
+                    "cannot say which one it read; pick tags where neither is a prefix of the other"
+                )
+        all_tags = {t for group in tags.values() for t in group}
+        set_ = object.__setattr__
+        set_(self, "_tags", tags)
+        set_(self, "_prefixes", {mode: _proper_prefixes(group) for mode, group in tags.items()})
+        set_(self, "_starts", {mode: frozenset(t[0] for t in tags[mode]) for mode in tags})
+        set_(
+            self,
+            "_tag_start",
+            {m: re.compile("|".join(map(re.escape, self._starts[m]))).search for m in tags},
+        )
+        set_(self, "_longest", {mode: max(map(len, group)) - 1 for mode, group in tags.items()})
+        set_(
+            self,
+            "_tag_tokens",
+            frozenset(i for name, i in self.vocabulary.special.items() if name in all_tags),
+        )
+
+    def initial(self) -> ThinkTagParse:
+        return ThinkTagParse(mode="reasoning" if self.start_in_reasoning else "text")
+
+    # -- per token ----------------------------------------------------------------------------
+
+    def feed(
+        self, state: ResponseState, out: Out, token: int, logprob: float | None, top_logprobs: Any
+    ) -> ResponseState:
+        parse: ThinkTagParse = state.parse
+        was_reasoning = parse.mode == "reasoning"
+        if token in self.vocabulary.special_ids and token not in self._tag_tokens:
+            # A control token (end of turn, padding) is not text the model meant to show.
+            if was_reasoning:
+                state = replace_state(state, reasoning_tokens=state.reasoning_tokens + 1)
+            return state
+        text, pending = decode_utf8(parse.pending, self.vocabulary.token_bytes[token])
+        item = state.open
+        if not parse.held and item is not None and self._tag_start[parse.mode](text) is None:
+            # The common tokens: more text of the open run, or more arguments of the open
+            # call, with nothing tag-like in them. One new state instead of several keeps the
+            # per-token cost down (see benchmarks/bench_thinktags.py).
+            if parse.mode == "tool":
+                call = parse.call
+                if call is not None and call.phase == "arguments":
+                    scan, used = call.scan.feed(text)
+                    if used == len(text) and scan.depth:
+                        if scan is not call.scan or pending != parse.pending:
+                            call = ToolCallParse(phase="arguments", scan=scan)
+                            parse = ThinkTagParse(mode="tool", pending=pending, call=call)
+                        item = append_text(out, item, text)
+                        return replace_state(
+                            state,
+                            open=item,
+                            parse=parse,
+                            seq=out.seq,
+                            output_tokens=state.output_tokens + 1,
+                        )
+            elif item.kind == ("reasoning" if was_reasoning else "message"):
+                delta, blank = _split_blank(parse.blank, text)
+                if pending != parse.pending or blank != parse.blank:
+                    parse = ThinkTagParse(mode=parse.mode, pending=pending, blank=blank)
+                item = append_text(out, item, delta)
+                return replace_state(
+                    state,
+                    open=item,
+                    parse=parse,
+                    reasoning_tokens=state.reasoning_tokens + was_reasoning,
+                    seq=out.seq,
+                    output_tokens=state.output_tokens + 1,
+                )
+        state = replace_state(state, parse=replace_parse(parse, held="", pending=pending))
+        state = self._consume(state, out, parse.held + text)
+        if was_reasoning or state.parse.mode == "reasoning":
+            state = replace_state(state, reasoning_tokens=state.reasoning_tokens + 1)
+        return state
+
+    def _consume(self, state: ResponseState, out: Out, text: str) -> ResponseState:
+        """Cut `text` at tags, route each piece by mode, and hold a possible tag start."""
+        while text:
+            tags = self._tags[state.parse.mode]
+            at, tag = -1, ""
+            for candidate in tags:
+                found = text.find(candidate)
+                if found != -1 and (at == -1 or found < at):
+                    at, tag = found, candidate
+            if at == -1:
+                break
+            state = self._content(state, out, text[:at])
+            state = self._on_tag(state, out, tag)
+            text = text[at + len(tag) :]
+        held = self._held_length(state.parse.mode, text)
+        if held:
+            state = self._content(state, out, text[:-held])
+            return replace_state(state, parse=replace_parse(state.parse, held=text[-held:]))
+        return self._content(state, out, text)
+
+    def _held_length(self, mode: Mode, text: str) -> int:
+        """Length of the longest end of `text` that is the start of one of `mode`'s tags."""
+        longest = min(len(text), self._longest[mode])
+        tail = text[-longest:] if longest else ""
+        if not any(start in tail for start in self._starts[mode]):
+            return 0
+        prefixes = self._prefixes[mode]
+        for size in range(longest, 0, -1):
+            if text[-size:] in prefixes:
+                return size
+        return 0
+
+    def _on_tag(self, state: ResponseState, out: Out, tag: str) -> ResponseState:
+        parse: ThinkTagParse = state.parse
+        if parse.mode == "text" and tag == self.think_open:
+            state = _close(state, out)
+            return replace_state(state, parse=replace_parse(parse, mode="reasoning"))
+        if parse.mode == "text":
+            return replace_state(
+                state, parse=replace_parse(parse, mode="tool", call=ToolCallParse())
+            )
+        if parse.mode == "reasoning" and tag == self.think_open:
+            # `<think>` again at the start of reasoning repeats the prompt's marker (bug 22).
+            return state if state.open is None else _run_text(state, out, "reasoning", tag)
+        if parse.mode == "reasoning":
+            state = _close(state, out)
+            return replace_state(state, parse=replace_parse(parse, mode="text"))
+        state = self._end_call(state, out, closed=True)
+        return replace_state(state, parse=replace_parse(state.parse, mode="text", call=None))
+
+    def _content(self, state: ResponseState, out: Out, text: str) -> ResponseState:
+        if not text:
+            return state
+        mode = state.parse.mode
+        if mode == "tool":
+            return self._call_text(state, out, text)
+        return _run_text(state, out, "message" if mode == "text" else "reasoning", text)
+
+    # -- tool calls ---------------------------------------------------------------------------
+
+    def _call_text(self, state: ResponseState, out: Out, text: str) -> ResponseState:
+        call: ToolCallParse = state.parse.call
+        if call.phase == "trailer":
+            return state
+        if call.phase == "arguments":
+            return _stream_arguments(state, out, call, text)
+        call = replace_call(call, body=(call.body, text))
+        if call.streamable:
+            head = call.head + text[: HEAD_LIMIT - len(call.head)]
+            found = match_head(head)
+            if found is not None:
+                name, start = found
+                body = rope_text(call.body)  # at most HEAD_LIMIT + one token, once per call
+                state = _close(state, out)
+                item = open_next(out, state, "function_call", name=name)
+                state = replace_state(state, open=item)
+                call = ToolCallParse(phase="arguments")
+                return _stream_arguments(state, out, call, body[start:])
+            call = replace_call(call, head=head, streamable=len(head) < HEAD_LIMIT)
+        return replace_state(state, parse=replace_parse(state.parse, call=call))
+
+    def _end_call(self, state: ResponseState, out: Out, *, closed: bool) -> ResponseState:
+        """`</tool_call>` (closed) or a `stop` inside the body: emit what the body was."""
+        call: ToolCallParse = state.parse.call
+        if call.phase == "arguments":
+            return _close(state, out)
+        if call.phase == "trailer":
+            return state
+        body = rope_text(call.body)
+        parsed = parse_call(body)
+        if parsed is None:
+            literal = self.tool_open + body + (self.tool_close if closed else "")
+            return _run_text(state, out, "message", literal)
+        name, arguments = parsed
+        state = _close(state, out)
+        item = open_next(out, state, "function_call", name=name)
+        state = replace_state(state, open=append_text(out, item, arguments))
+        return _close(state, out)
+
+    # -- finish -------------------------------------------------------------------------------
+
+    def flush(self, state: ResponseState, out: Out, complete: bool) -> ResponseState:
+        parse: ThinkTagParse = state.parse
+        if complete:
+            state = replace_state(state, parse=replace_parse(parse, held="", pending=b""))
+            state = self._consume(state, out, parse.held + flush_utf8(parse.pending))
+            parse = state.parse
+            state = self._content(
+                replace_state(state, parse=replace_parse(parse, held="")), out, parse.held
+            )
+            if state.parse.mode == "tool":
+                state = self._end_call(state, out, closed=False)
+        return replace_state(state, parse=ThinkTagParse(mode=state.parse.mode))
+
+
+def _close(state: ResponseState, out: Out) -> ResponseState:
+    """Close the open item; whitespace held at its end was never part of it."""
+    state = close_open(state, out, complete=True)
+    if state.parse.blank:
+        state = replace_state(state, parse=replace_parse(state.parse, blank=""))
+    return state
+
+
+def _split_blank(blank: str, text: str) -> tuple[str, str]:
+    """`(delta, blank)`: the visible part of `text` goes out with the whitespace before it;
+    whitespace at its end waits, released in whole BLANK_LIMIT blocks so that a long blank run
+    costs O(1) per token and what goes out depends on the text alone, not its chunking."""
+    body = text.rstrip()
+    if body:
+        delta, blank = blank + body, text[len(body) :]
+    else:
+        delta, blank = "", blank + text
+    if len(blank) >= BLANK_LIMIT:
+        cut = len(blank) - len(blank) % BLANK_LIMIT
+        delta, blank = delta + blank[:cut], blank[cut:]
+    return delta, blank
+
+
+def _run_text(state: ResponseState, out: Out, kind: ItemKind, text: str) -> ResponseState:
+    """Text of a message or reasoning run: the item opens at its first visible character and
+    holds back whitespace at its end (see the module doc)."""
+    item = state.open
+    blank = state.parse.blank
+    if item is None or item.kind != kind:
+        text = text.lstrip()
+        if not text:
+            return state
+        state = _close(state, out)
+        item = open_next(out, state, kind)
+        blank = ""
+    delta, blank = _split_blank(blank, text)
+    if blank != state.parse.blank:
+        state = replace_state(state, parse=replace_parse(state.parse, blank=blank))
+    return replace_state(state, open=append_text(out, item, delta))
+
+
+def _stream_arguments(
+    state: ResponseState, out: Out, call: ToolCallParse, text: str
+) -> ResponseState:
+    scan, used = call.scan.feed(text)
+    state = replace_state(state, open=append_text(out, state.open, text[:used]))  # type: ignore[arg-type]
+    if used < len(text) or (scan.depth == 0 and used):
+        # The value closed: the call is complete whatever follows before `</tool_call>`.
+        state = _close(state, out)
+        call = ToolCallParse(phase="trailer")
+    else:
+        call = replace_call(call, scan=scan)
+    return replace_state(state, parse=replace_parse(state.parse, call=call))

@@ -1,0 +1,205 @@
+"""The wire format: one private cattrs converter between event values and the exact JSON the
+OpenAI Responses API sends, plus compact JSON text.
+
+Serialisation lives here, at the edge, so events stay plain values without `to_json` methods.
+Optional fields (default None) are left out of the JSON, except on `Response`, which the API
+sends with explicit nulls (`usage: null` until the terminal event). Reading is strict: a field
+of the wrong type is an error that names its path (`$.item.call_id`), never a silent `str()`.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from typing import Any, Literal, get_args
+
+import attrs
+import cattrs
+from cattrs.gen import make_dict_structure_fn, make_dict_unstructure_fn, override
+
+from . import _model as m
+from ._errors import WireFormatError
+from ._events import Event
+
+__all__ = ["dumps", "from_wire", "loads", "structure", "to_wire"]
+
+_converter = cattrs.Converter(unstruct_collection_overrides={tuple: list})
+
+
+def _strict(kind: type, *accepted: type) -> Any:
+    def hook(value: Any, _: type) -> Any:
+        # bool is an int subclass in Python but not a JSON number.
+        if isinstance(value, bool) and kind is not bool:
+            raise TypeError(f"expected {kind.__name__}, got bool")
+        if not isinstance(value, accepted):
+            raise TypeError(f"expected {kind.__name__}, got {type(value).__name__}")
+        return kind(value)
+
+    return hook
+
+
+_converter.register_structure_hook(str, _strict(str, str))
+_converter.register_structure_hook(int, _strict(int, int))
+_converter.register_structure_hook(float, _strict(float, int, float))
+_converter.register_structure_hook(bool, _strict(bool, bool))
+
+
+def _object_dict(value: Any, _: type) -> dict[str, object]:
+    if not isinstance(value, Mapping):
+        raise TypeError(f"expected object, got {type(value).__name__}")
+    return dict(value)
+
+
+def _exactly(tp: Any, hook: Any) -> None:
+    # Generic aliases and unions are not classes, so they are matched by equality.
+    _converter.register_structure_hook_func(lambda t: t == tp, hook)
+
+
+_exactly(dict[str, object], _object_dict)
+
+
+def _empty(value: Any, _: type) -> tuple[()]:
+    # `annotations` and MCP error `content` are always empty in what streamfold emits.
+    if not isinstance(value, list):
+        raise TypeError(f"expected array, got {type(value).__name__}")
+    return ()
+
+
+_exactly(tuple[()], _empty)
+
+
+def _unstructure_fn(cls: type) -> Any:
+    keep_nulls = cls is m.Response
+    omit = {
+        a.name: override(omit_if_default=True)
+        for a in attrs.fields(cls)
+        if a.default is None and not keep_nulls
+    }
+    return make_dict_unstructure_fn(cls, _converter, _cattrs_include_init_false=True, **omit)
+
+
+def _structure_fn(cls: type) -> Any:
+    return make_dict_structure_fn(cls, _converter, _cattrs_forbid_extra_keys=False)
+
+
+def _tagged_union(union: Any, what: str) -> None:
+    """Structure a union of attrs classes by their wire `type` discriminator."""
+    by_tag = {attrs.fields_dict(cls)["type"].default: cls for cls in get_args(union)}
+
+    def hook(value: Any, _: Any) -> Any:
+        if not isinstance(value, Mapping):
+            raise TypeError(f"expected object, got {type(value).__name__}")
+        tag = value.get("type")
+        cls = by_tag.get(tag)  # type: ignore[arg-type]
+        if cls is None:
+            raise ValueError(f"unknown {what} type {tag!r}")
+        return _converter.structure(value, cls)
+
+    _exactly(union, hook)
+
+
+def _tool_choice(value: Any, _: Any) -> Any:
+    if isinstance(value, str):
+        if value not in ("auto", "none", "required"):
+            raise ValueError(f"expected 'auto', 'none', 'required' or an object, got {value!r}")
+        return value
+    return _converter.structure(value, m.ToolChoiceFunction)
+
+
+for _union, _what in (
+    (m.OutputItem, "output item"),
+    (m.ContentPart, "content part"),
+    (m.MessageContent, "message content"),
+    (m.WebSearchAction, "web search action"),
+    (Event, "event"),
+):
+    _tagged_union(_union, _what)
+_exactly(Literal["auto", "none", "required"] | m.ToolChoiceFunction, _tool_choice)
+# Factories, not eager registration: a class's function is generated on first use, after
+# every hook it depends on exists, whatever order the classes are declared in.
+_converter.register_unstructure_hook_factory(attrs.has, _unstructure_fn)
+_converter.register_structure_hook_factory(attrs.has, _structure_fn)
+
+
+def to_wire(value: Any) -> dict[str, Any]:
+    """An event or model value as the wire JSON object (a plain dict)."""
+    return _converter.unstructure(value)  # type: ignore[no-any-return]
+
+
+def structure(data: Any, cls: Any, what: str | None = None) -> Any:
+    """Read wire JSON as `cls`; raises `WireFormatError` naming each bad field's path."""
+    what = what or getattr(cls, "__name__", "value")
+    try:
+        return _converter.structure(data, cls)
+    except cattrs.BaseValidationError as exc:
+        raise WireFormatError(f"invalid {what}: " + "; ".join(cattrs.transform_error(exc))) from exc
+    except (TypeError, ValueError) as exc:
+        raise WireFormatError(f"invalid {what}: {exc} @ $") from exc
+
+
+def from_wire(data: Mapping[str, Any]) -> Event:
+    """Read one wire JSON event; raises `WireFormatError` naming the bad field."""
+    return structure(data, Event, "event")  # type: ignore[no-any-return]
+
+
+_escape = json.encoder.encode_basestring  # what json.dumps uses when ensure_ascii=False
+
+
+def _fast_encoder(cls: type) -> Any:
+    """A direct JSON writer for events made only of str and int fields (deltas, progress).
+
+    These are most of a stream's events; writing them without the generic unstructure step
+    is about 5x faster. A test holds every one equal to the generic path, byte for byte.
+    """
+    template, args = [], []
+    for field in attrs.fields(cls):
+        if field.name == "type":
+            template.append(f'"type":{json.dumps(field.default)}')
+        elif field.type in ("int", int):
+            template.append(f'"{field.name}":%d')
+            args.append(f"e.{field.name}")
+        elif field.type in ("str", str):
+            template.append(f'"{field.name}":%s')
+            args.append(f"_escape(e.{field.name})")
+        elif field.name == "logprobs":
+            template.append('"logprobs":[]')
+        else:
+            return None
+    text = "{" + ",".join(template) + "}"
+    source = f"def encode(e):\n    return {text!r} % ({', '.join(args)},)\n"
+    namespace: dict[str, Any] = {"_escape": _escape}
+    exec(source, namespace)  # the template only reads the event's own fields
+    return namespace["encode"]
+
+
+_FAST: dict[type, Any] = {}
+for _cls in Event.__args__:  # type: ignore[attr-defined]
+    _encode = _fast_encoder(_cls)
+    if _encode is not None:
+        _FAST[_cls] = _encode
+
+
+def dumps(value: Any) -> str:
+    """Compact JSON text of an event or value, as it goes on the wire."""
+    encode = _FAST.get(type(value))
+    # An output_text delta carrying logprobs takes the generic path.
+    if encode is not None and not getattr(value, "logprobs", None):
+        return encode(value)  # type: ignore[no-any-return]
+    return json.dumps(to_wire(value), separators=(",", ":"), ensure_ascii=False)
+
+
+def sse_event(event: Event) -> bytes:
+    """One event framed for Server-Sent Events: `event: <type>`, `data: <json>`, blank line.
+
+    `dumps` never writes a raw line break (JSON escapes them), so the frame needs no checks.
+    """
+    return f"event: {event.type}\ndata: {dumps(event)}\n\n".encode()
+
+
+def loads(text: str | bytes) -> Event:
+    """Parse one event from JSON text; raises `WireFormatError` on bad JSON or fields."""
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise WireFormatError(f"not JSON: {exc}") from exc
+    return from_wire(data)

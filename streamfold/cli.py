@@ -1,0 +1,83 @@
+"""The `streamfold` command line. Each subcommand's work lives in its own module; this file
+only wires them, and imports heavy parts (torch, the server) only for the command that runs."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+__all__ = ["main"]
+
+
+def _add_replay(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    p = subparsers.add_parser(
+        "replay",
+        help="replay a recorded trace through the reducer and print its events",
+        description="Replay a trace (JSON lines: header, token chunks, finish_reason) and "
+        "print the Responses events it gives.",
+    )
+    p.add_argument("trace", help="trace file (.jsonl)")
+    p.add_argument(
+        "--format",
+        choices=("jsonl", "sse"),
+        default="jsonl",
+        help="jsonl: one wire-JSON event per line; sse: the HTTP body a server sends",
+    )
+    p.set_defaults(run=_run_replay)
+
+
+def _run_replay(args: argparse.Namespace) -> int:
+    from streamfold.engines import TraceFormatError, read_trace
+    from streamfold.replay import iter_replay
+    from streamfold.statemachine import StreamfoldError, dumps, sse_event
+
+    try:
+        trace = read_trace(args.trace)
+        out = sys.stdout
+        for event in iter_replay(trace, base_dir=Path(args.trace).parent):
+            if args.format == "sse":
+                out.write(sse_event(event).decode())
+            else:
+                out.write(dumps(event) + "\n")
+    except TraceFormatError as exc:
+        print(f"streamfold replay: {exc}", file=sys.stderr)
+        return 2
+    except StreamfoldError as exc:
+        print(f"streamfold replay: {exc}", file=sys.stderr)
+        return 1
+    return 0
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="streamfold",
+        description="Turn an LLM token stream into a correct OpenAI Responses event stream.",
+    )
+    subparsers = parser.add_subparsers(dest="command", required=True)
+    try:
+        from streamfold.specs.cli_check import add_check_parser
+    except ImportError:
+        pass
+    else:
+        add_check_parser(subparsers)
+    _add_replay(subparsers)
+    from streamfold.adapters.serve import add_serve_parser
+
+    add_serve_parser(subparsers)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    try:
+        return int(args.run(args))
+    except BrokenPipeError:
+        # The reader (e.g. `| head`) went away: not an error of ours.
+        sys.stderr.close()
+        return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

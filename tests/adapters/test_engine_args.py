@@ -1,0 +1,59 @@
+"""The `--engine/--model/--engine-arg` glue the CLI uses to build engine token sources."""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+
+import pytest
+
+from streamfold.adapters import EngineNotInstalledError
+from streamfold.adapters.engine_args import (
+    EngineArgumentError,
+    add_engine_arguments,
+    engine_source_from_args,
+    parse_engine_args,
+)
+
+
+def parse(*argv: str) -> argparse.Namespace:
+    parser = argparse.ArgumentParser()
+    add_engine_arguments(parser)
+    return parser.parse_args(argv)
+
+
+def test_engine_args_are_json_when_they_parse_and_strings_otherwise() -> None:
+    args = parse(
+        "--engine", "vllm", "--model", "openai/gpt-oss-20b",
+        "--engine-arg", "tensor-parallel-size=2",
+        "--engine-arg", "enforce_eager=true",
+        "--engine-arg", "quantization=mxfp4",
+        "--engine-arg", "max_model_len=null",
+    )  # fmt: skip
+    assert parse_engine_args(args.engine_arg) == {
+        "tensor_parallel_size": 2,
+        "enforce_eager": True,
+        "quantization": "mxfp4",
+        "max_model_len": None,
+    }
+
+
+@pytest.mark.parametrize("bad", ["tensor_parallel_size", "=2", "2x=3"])
+def test_malformed_engine_arg_names_the_fix(bad: str) -> None:
+    with pytest.raises(EngineArgumentError, match="KEY=VALUE"):
+        parse_engine_args([bad])
+
+
+def test_missing_engine_or_model_is_a_typed_error() -> None:
+    with pytest.raises(EngineArgumentError, match="--engine vllm"):
+        engine_source_from_args(parse())
+    with pytest.raises(EngineArgumentError, match="needs --model"):
+        engine_source_from_args(parse("--engine", "sglang"))
+
+
+@pytest.mark.parametrize("engine", ["vllm", "sglang"])
+def test_building_without_the_engine_installed_says_how_to_install(engine: str) -> None:
+    if importlib.util.find_spec(engine) is not None:
+        pytest.skip(f"{engine} is installed here")
+    with pytest.raises(EngineNotInstalledError, match=rf"streamfold\[{engine}\]"):
+        engine_source_from_args(parse("--engine", engine, "--model", "m"))

@@ -1,0 +1,106 @@
+"""Request parsing and harmony prompt rendering, without a server."""
+
+from __future__ import annotations
+
+import pytest
+
+from streamfold.adapters.server import RequestError, parse_create_request, render_prompt
+from streamfold.vocab import harmony_encoding
+
+TOOL = {"type": "function", "name": "lookup", "parameters": {"type": "object", "properties": {}}}
+
+
+def prompt(**body: object) -> str:
+    request = parse_create_request({"model": "m", **body})
+    return harmony_encoding().decode(list(render_prompt(request)))
+
+
+def test_plain_string_input_has_system_and_user_only() -> None:
+    text = prompt(input="Hello?")
+    assert "<|start|>developer" not in text
+    assert "Reasoning: medium" in text
+    assert text.endswith("<|start|>user<|message|>Hello?<|end|><|start|>assistant")
+
+
+def test_minimal_effort_renders_as_low() -> None:
+    assert "Reasoning: low" in prompt(input="x", reasoning={"effort": "minimal"})
+
+
+def test_system_and_developer_messages_join_the_instructions() -> None:
+    text = prompt(
+        instructions="First.",
+        input=[
+            {"role": "system", "content": "Second."},
+            {
+                "type": "message",
+                "role": "developer",
+                "content": [{"type": "input_text", "text": "Third."}],
+            },
+            {
+                "role": "user",
+                "content": [
+                    {"type": "input_text", "text": "a"},
+                    {"type": "input_text", "text": "b"},
+                ],
+            },
+            {
+                "role": "assistant",
+                "content": [{"type": "output_text", "text": "c", "annotations": []}],
+            },
+            {"role": "user", "content": "d"},
+        ],
+    )
+    assert "# Instructions\n\nFirst.\n\nSecond.\n\nThird.<|end|>" in text
+    assert "<|start|>user<|message|>ab<|end|>" in text
+    assert "<|start|>assistant<|channel|>final<|message|>c<|end|>" in text
+
+
+def test_tool_choice_none_shows_the_model_no_tools() -> None:
+    assert "namespace functions" in prompt(input="x", tools=[TOOL])
+    assert "namespace functions" not in prompt(input="x", tools=[TOOL], tool_choice="none")
+
+
+def test_reasoning_items_and_tool_output_parts_are_replayed() -> None:
+    text = prompt(
+        input=[
+            {"role": "user", "content": "q"},
+            {
+                "type": "reasoning",
+                "summary": [],
+                "content": [{"type": "reasoning_text", "text": "think"}],
+            },
+            {"type": "function_call", "call_id": "c1", "name": "lookup", "arguments": "{}"},
+            {
+                "type": "function_call_output",
+                "call_id": "c1",
+                "output": [{"type": "input_text", "text": "found"}],
+            },
+        ],
+        tools=[TOOL],
+    )
+    assert "<|start|>assistant<|channel|>analysis<|message|>think<|end|>" in text
+    assert "<|start|>functions.lookup to=assistant<|channel|>commentary<|message|>found" in text
+
+
+def test_unknown_fields_are_ignored_and_nulls_accepted() -> None:
+    request = parse_create_request(
+        {"model": "m", "input": "x", "user": "u", "include": [], "temperature": None}
+    )
+    assert request.temperature is None
+
+
+@pytest.mark.parametrize(
+    ("body", "param", "words"),
+    [
+        ({"model": "m", "input": "x", "tools": [TOOL, TOOL]}, "tools[1].name", "unique"),
+        ({"model": "", "input": "x"}, "model", "empty"),
+        ({"model": "m", "input": "x", "top_p": 0}, "top_p", "(0, 1]"),
+        ({"model": "m", "input": [{"role": "user"}]}, "input[0].content", "required"),
+        ({"model": "m", "input": "x", "temperature": "hot"}, "temperature", "expected a number"),
+    ],
+)
+def test_errors_name_the_field(body: dict, param: str, words: str) -> None:
+    with pytest.raises(RequestError) as caught:
+        parse_create_request(body)
+    assert caught.value.param == param and words in caught.value.message
+    assert caught.value.body()["error"]["param"] == param

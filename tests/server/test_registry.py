@@ -1,0 +1,52 @@
+"""`streamfold serve --engine vllm|sglang`: clear errors where the engine cannot run, and the
+engine built lazily inside the server's loop where it can."""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+
+import pytest
+
+from streamfold.adapters.registry import ENGINES, EngineSetupError, LazySource
+from streamfold.cli import main
+from streamfold.engines import GenerationRequest, TokenChunk
+
+
+@pytest.mark.parametrize("engine", ["vllm", "sglang"])
+def test_a_gpu_engine_that_is_not_installed_is_a_clear_error(
+    engine: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    if importlib.util.find_spec(engine) is not None:
+        pytest.skip(f"{engine} is installed here")
+    assert main(["serve", "--engine", engine, "--model", "openai/gpt-oss-20b"]) == 2
+    assert f"pip install 'streamfold[{engine}]'" in capsys.readouterr().err
+
+
+def test_a_gpu_engine_needs_a_model(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name: object())
+    with pytest.raises(EngineSetupError, match="needs --model"):
+        ENGINES["vllm"](argparse.Namespace(model=None, engine_arg=[]))
+    with pytest.raises(EngineSetupError, match="KEY=VALUE"):
+        ENGINES["sglang"](argparse.Namespace(model="m", engine_arg=["nokey"]))
+
+
+@pytest.mark.anyio
+async def test_lazy_source_builds_once_on_first_generate() -> None:
+    built: list[int] = []
+
+    class Source:
+        async def generate(self, request: GenerationRequest):  # type: ignore[no-untyped-def]
+            yield TokenChunk(token_ids=(1,), finish_reason="stop")
+
+    def build() -> Source:
+        built.append(1)
+        return Source()
+
+    lazy = LazySource(build)  # type: ignore[arg-type]
+    assert built == []
+    request = GenerationRequest(request_id="r", prompt_token_ids=(1,))
+    for _ in range(2):
+        chunks = [c async for c in lazy.generate(request)]
+        assert chunks[-1].finish_reason == "stop"
+    assert built == [1]

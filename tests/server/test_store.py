@@ -1,0 +1,105 @@
+"""The event stores: one contract, both implementations; SQLite also across reopening."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import pytest
+
+from streamfold.adapters.server import (
+    EventRecord,
+    EventStore,
+    MemoryEventStore,
+    SQLiteEventStore,
+    StoreError,
+)
+
+pytestmark = pytest.mark.anyio
+
+
+def record(seq: int, type: str = "response.output_text.delta", **fields: object) -> EventRecord:
+    data = {"type": type, "sequence_number": seq, **fields}
+    return EventRecord(sequence_number=seq, type=type, data=json.dumps(data))
+
+
+def lifecycle(seq: int, type: str, status: str) -> EventRecord:
+    return record(seq, type, response={"id": "resp_1", "status": status})
+
+
+LOG = [
+    lifecycle(0, "response.created", "in_progress"),
+    lifecycle(1, "response.in_progress", "in_progress"),
+    *[record(i, delta=f"w{i}\nline") for i in range(2, 9)],
+    lifecycle(9, "response.completed", "completed"),
+]
+
+
+@pytest.fixture(params=["memory", "sqlite"])
+async def store(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[EventStore]:
+    if request.param == "memory":
+        yield MemoryEventStore()
+    else:
+        sqlite = SQLiteEventStore(tmp_path / "log.sqlite3")
+        yield sqlite
+        sqlite.close()
+
+
+async def test_append_read_snapshot(store: EventStore) -> None:
+    assert isinstance(store, EventStore)
+    await store.append("resp_1", LOG[:2], background=True)
+    snapshot = await store.snapshot("resp_1")
+    assert snapshot is not None and not snapshot.finished and snapshot.background
+    assert snapshot.response()["status"] == "in_progress"
+    await store.append("resp_1", LOG[2:5])
+    await store.append("resp_1", LOG[5:])
+    snapshot = await store.snapshot("resp_1")
+    assert snapshot.finished and snapshot.last_sequence_number == 9
+    assert snapshot.response()["status"] == "completed"
+    assert await store.read("resp_1") == LOG
+    assert await store.read("resp_1", after=3) == LOG[4:]
+    assert await store.read("resp_1", after=9) == []
+    assert await store.read("resp_unknown") == []
+    assert await store.snapshot("resp_unknown") is None
+    assert await store.list() == ["resp_1"]
+    await store.delete("resp_1")
+    assert await store.snapshot("resp_1") is None and await store.read("resp_1") == []
+
+
+@pytest.mark.parametrize(
+    ("first", "then", "message"),
+    [
+        ([], [record(0)], "must begin with response.created"),
+        (LOG[:2], [LOG[3]], "without gaps"),
+        (LOG[:2], [LOG[1]], "without gaps"),
+        (LOG, [record(10)], "already ended"),
+    ],
+)
+async def test_out_of_order_appends_are_refused(
+    store: EventStore, first: list[EventRecord], then: list[EventRecord], message: str
+) -> None:
+    await store.append("resp_1", first)
+    with pytest.raises(StoreError, match=message):
+        await store.append("resp_1", then)
+    # The refused append left the log as it was.
+    assert await store.read("resp_1") == first
+
+
+async def test_sqlite_log_survives_reopening(tmp_path: Path) -> None:
+    path = tmp_path / "log.sqlite3"
+    first = SQLiteEventStore(path)
+    await first.append("resp_1", LOG[:6])
+    await first.append("resp_1", LOG[6:])
+    first.close()
+    second = SQLiteEventStore(path)
+    assert await second.read("resp_1") == LOG
+    assert (await second.snapshot("resp_1")).finished
+    second.close()
+
+
+def test_sqlite_store_names_the_path_it_cannot_open(tmp_path: Path) -> None:
+    blocker = tmp_path / "file"
+    blocker.write_text("")
+    with pytest.raises(StoreError, match="pass --store"):
+        SQLiteEventStore(blocker / "log.sqlite3")
