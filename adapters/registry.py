@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import functools
+import importlib.util
 from collections.abc import AsyncIterator, Callable
 from importlib import resources
 from pathlib import Path
@@ -138,8 +139,6 @@ def _harmony_grammar(model: str) -> Grammar:
 
 def _gpu_engine(name: str) -> EngineFactory:
     def factory(args: argparse.Namespace) -> Engine:
-        import importlib.util
-
         from .engine_args import EngineArgumentError, build_engine_source, parse_engine_args
 
         if importlib.util.find_spec(name) is None:
@@ -160,8 +159,26 @@ def _gpu_engine(name: str) -> EngineFactory:
     return factory
 
 
+def native_engine(args: argparse.Namespace) -> Engine:
+    """The native gpt-oss engine on `--model DIR` (a checkpoint; `streamfold init-model`)."""
+    from streamfold.engines.cli_native import build_native_engine, native_engine_options
+
+    model = getattr(args, "model", None)
+    if not model:
+        raise EngineSetupError(
+            "--engine native needs --model DIR (a gpt-oss checkpoint; `streamfold init-model "
+            "DIR` writes a small random one)"
+        )
+    if importlib.util.find_spec("torch") is None:
+        raise EngineSetupError("--engine native needs torch: pip install 'streamfold[torch]'")
+    return Engine(
+        source=build_native_engine(model, **native_engine_options(args)), grammar=_harmony_grammar
+    )
+
+
 ENGINES: dict[str, EngineFactory] = {
     "replay": replay_engine,
+    "native": native_engine,
     "vllm": _gpu_engine("vllm"),
     "sglang": _gpu_engine("sglang"),
 }

@@ -67,6 +67,9 @@ def add_serve_parser(
         f"{default_store_path()}); ':memory:' keeps nothing across restarts",
     )
     p.add_argument("--log-level", default="info", choices=("debug", "info", "warning", "error"))
+    from streamfold.engines.cli_native import add_native_engine_arguments
+
+    add_native_engine_arguments(p)
     p.set_defaults(run=run_serve)
     return p
 

@@ -46,6 +46,7 @@ def add_init_model_parser(subparsers: Any) -> argparse.ArgumentParser:
     parser.add_argument("--dtype", choices=("bfloat16", "float32"), default="bfloat16")
     parser.add_argument("--mxfp4", action="store_true", help="store experts as MXFP4")
     parser.add_argument("--force", action="store_true", help="overwrite an existing checkpoint")
+    parser.set_defaults(run=run_init_model)
     return parser
 
 

@@ -6,6 +6,8 @@ live apart from the torch modules so that callers can catch them without importi
 
 from __future__ import annotations
 
+from streamfold.statemachine import StreamfoldError
+
 __all__ = [
     "CheckpointError",
     "ConfigError",
@@ -17,7 +19,7 @@ __all__ = [
 ]
 
 
-class EngineError(Exception):
+class EngineError(StreamfoldError):
     """Base class of the native engine's errors."""
 
 

@@ -64,8 +64,12 @@ def _parser() -> argparse.ArgumentParser:
         add_check_parser(subparsers)
     _add_replay(subparsers)
     from streamfold.adapters.serve import add_serve_parser
+    from streamfold.engines.cli_native import add_init_model_parser
+    from streamfold.record import add_record_parser
 
     add_serve_parser(subparsers)
+    add_record_parser(subparsers)
+    add_init_model_parser(subparsers)
     return parser
 
 

@@ -5,6 +5,7 @@ Needs the `server` extra (starlette, uvicorn). `create_app(engine, store=...)` i
 with `MemoryEventStore` and `SQLiteEventStore`.
 """
 
+from ..prompt import render_prompt, stop_token_ids
 from ..registry import (
     ENGINES,
     Engine,
@@ -14,10 +15,9 @@ from ..registry import (
     bundled_traces_dir,
     replay_engine,
 )
+from ..requests import CreateRequest, RequestError, parse_create_request
 from ..serve import add_serve_parser, default_store_path, run_serve
 from ._app import EventStreamResponse, create_app
-from ._prompt import render_prompt, stop_token_ids
-from ._requests import CreateRequest, RequestError, parse_create_request
 from ._service import Prepared, ResponseService, ServiceNotRunningError
 from ._sqlite import SQLiteEventStore
 from ._store import (

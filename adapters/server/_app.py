@@ -21,7 +21,7 @@ from starlette.routing import Route
 from starlette.types import Receive, Scope, Send
 
 from ..registry import Engine
-from ._requests import RequestError
+from ..requests import RequestError
 from ._service import ResponseService, ServiceNotRunningError
 from ._store import EventStore, MemoryEventStore
 

@@ -35,9 +35,9 @@ from streamfold.engines import GenerationRequest, SamplingParams
 from streamfold.statemachine import Event, ReasoningConfig, Response, StreamfoldError, dumps
 from streamfold.statemachine._reducer import Grammar
 
+from ..prompt import render_prompt, stop_token_ids
 from ..registry import Engine, UnknownModelError
-from ._prompt import render_prompt, stop_token_ids
-from ._requests import CreateRequest, RequestError, parse_create_request
+from ..requests import CreateRequest, RequestError, parse_create_request
 from ._store import EventRecord, EventStore
 
 __all__ = ["Prepared", "ResponseService", "ServiceNotRunningError"]

@@ -155,9 +155,7 @@ class FakeSGLangEngine:
             raise
 
 
-def _reads(
-    script: Script, kwargs: dict[str, Any], manager: FakeTokenizerManager, rid: str
-) -> Any:
+def _reads(script: Script, kwargs: dict[str, Any], manager: FakeTokenizerManager, rid: str) -> Any:
     incremental = manager.incremental_streaming_output
     outputs = _batch_outputs(script, kwargs, manager, rid)
     sizes = iter(script.reads or [])

@@ -142,9 +142,7 @@ def build(
     vllm_reason, sglang_finish, _ = ENDINGS[ending]
     reads = [random.Random(seed + 1).randint(1, 3) for _ in steps]
     if engine.startswith("vllm"):
-        script = fakes_vllm.Script(
-            steps=steps, finish_reason=vllm_reason, reads=reads, **fail
-        )
+        script = fakes_vllm.Script(steps=steps, finish_reason=vllm_reason, reads=reads, **fail)
         kind = "cumulative" if engine.endswith("cumulative") else "delta"
         source = VLLMTokenSource(
             fakes_vllm.FakeAsyncLLM({"req-1": script}), api=fakes_vllm.API, output_kind=kind

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import anyio
 import pytest
+
 from streamfold.engines import GenerationRequest, SamplingParams, TokenChunk
 from streamfold.engines.cli_native import (
     add_init_model_parser,

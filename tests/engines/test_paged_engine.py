@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 import torch
 from gptoss_tiny import WINDOW
+
 from streamfold.engines import GenerationRequest, SamplingParams, TokenChunk
 from streamfold.engines.engine_core import EngineCore
 from streamfold.engines.gptoss_model import DenseAttention, GptOssModel

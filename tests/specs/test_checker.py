@@ -323,8 +323,15 @@ def test_rejects_events_after_terminal() -> None:
     "error",
     [
         {"type": "error", "code": "server_error", "message": "engine died", "param": None},
-        {"type": "error", "error": {"type": "server_error", "code": "server_error",
-                                    "message": "engine died", "param": None}},
+        {
+            "type": "error",
+            "error": {
+                "type": "server_error",
+                "code": "server_error",
+                "message": "engine died",
+                "param": None,
+            },
+        },
     ],
     ids=["flat", "nested"],
 )
@@ -350,8 +357,9 @@ def test_error_may_be_followed_by_response_failed_only() -> None:
     events = good_stream()[:2]
     failed = json.loads(json.dumps(events[0]))
     failed["type"] = "response.failed"
-    failed["response"].update(status="failed",
-                              error={"code": "server_error", "message": "engine died"})
+    failed["response"].update(
+        status="failed", error={"code": "server_error", "message": "engine died"}
+    )
     error = {"type": "error", "code": "server_error", "message": "engine died"}
     assert check(renumber([*events, error, failed])) == []
     assert rules(renumber([*events, error, failed, dict(failed)])) == {"R6"}
@@ -396,17 +404,37 @@ def test_typed_events_go_through_to_wire(monkeypatch: pytest.MonkeyPatch) -> Non
 # -- robustness ----------------------------------------------------------------------------
 
 _json = st.recursive(
-    st.none() | st.booleans() | st.integers(-3, 5) | st.floats(allow_nan=False)
+    st.none()
+    | st.booleans()
+    | st.integers(-3, 5)
+    | st.floats(allow_nan=False)
     | st.text(max_size=5),
-    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=8), inner,
-                                                                max_size=4),
+    lambda inner: (
+        st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=8), inner, max_size=4)
+    ),
     max_leaves=8,
 )
-_TYPES = sorted({ev["type"] for ev in good_stream()} | {"error", "response.failed",
-                                                        "response.incomplete"})
-_keys = st.sampled_from(["type", "sequence_number", "output_index", "content_index", "item_id",
-                         "item", "part", "delta", "text", "arguments", "response", "error",
-                         "summary_index", "message"])
+_TYPES = sorted(
+    {ev["type"] for ev in good_stream()} | {"error", "response.failed", "response.incomplete"}
+)
+_keys = st.sampled_from(
+    [
+        "type",
+        "sequence_number",
+        "output_index",
+        "content_index",
+        "item_id",
+        "item",
+        "part",
+        "delta",
+        "text",
+        "arguments",
+        "response",
+        "error",
+        "summary_index",
+        "message",
+    ]
+)
 _eventish = st.dictionaries(_keys, _json | st.sampled_from(_TYPES), max_size=7)
 
 

@@ -32,16 +32,18 @@ def run(tmp_path: Path, data: bytes, *args: str) -> int:
 
 
 @pytest.mark.parametrize("encode", [as_sse, as_jsonl], ids=["sse", "jsonl"])
-def test_conformant_stream_exits_0(tmp_path: Path, encode: Any,
-                                   capsys: pytest.CaptureFixture[str]) -> None:
+def test_conformant_stream_exits_0(
+    tmp_path: Path, encode: Any, capsys: pytest.CaptureFixture[str]
+) -> None:
     assert run(tmp_path, encode(good_stream())) == 0
     out = capsys.readouterr().out
     assert "25 events" in out and "conformant" in out and "NOT" not in out
 
 
 @pytest.mark.parametrize("encode", [as_sse, as_jsonl], ids=["sse", "jsonl"])
-def test_violating_stream_exits_1(tmp_path: Path, encode: Any,
-                                  capsys: pytest.CaptureFixture[str]) -> None:
+def test_violating_stream_exits_1(
+    tmp_path: Path, encode: Any, capsys: pytest.CaptureFixture[str]
+) -> None:
     assert run(tmp_path, encode(good_stream()[:-1])) == 1
     assert "R6" in capsys.readouterr().out
 
@@ -61,8 +63,9 @@ def test_json_array_is_read_too(tmp_path: Path) -> None:
     ],
     ids=["empty", "bad-json-line", "bad-sse-data", "no-sse-event", "not-utf8"],
 )
-def test_unreadable_input_exits_2(tmp_path: Path, data: bytes, why: str,
-                                  capsys: pytest.CaptureFixture[str]) -> None:
+def test_unreadable_input_exits_2(
+    tmp_path: Path, data: bytes, why: str, capsys: pytest.CaptureFixture[str]
+) -> None:
     assert run(tmp_path, data) == 2
     assert why in capsys.readouterr().err
 
@@ -74,8 +77,9 @@ def test_missing_file_exits_2(tmp_path: Path, capsys: pytest.CaptureFixture[str]
 
 def test_json_report(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     events = good_stream()
-    events = renumber([ev for i, ev in enumerate(events)
-                       if i != index_of(events, "response.output_text.delta")])
+    events = renumber(
+        [ev for i, ev in enumerate(events) if i != index_of(events, "response.output_text.delta")]
+    )
     assert run(tmp_path, as_sse(events), "--format", "json") == 1
     report = json.loads(capsys.readouterr().out)
     assert report["framing"] == "sse" and not report["conformant"]
@@ -120,9 +124,17 @@ def test_subcommand_wiring_and_stdin() -> None:
     add_check_parser(parser.add_subparsers(dest="command"))
     args = parser.parse_args(["check"])
     assert args.run is run_check and args.file == "-"
-    done = subprocess.run([sys.executable, "-m", "streamfold.specs.cli_check", "-"],
-                          input=as_jsonl(good_stream()), capture_output=True, check=False)
+    done = subprocess.run(
+        [sys.executable, "-m", "streamfold.specs.cli_check", "-"],
+        input=as_jsonl(good_stream()),
+        capture_output=True,
+        check=False,
+    )
     assert done.returncode == 0, done.stderr
-    broken = subprocess.run([sys.executable, "-m", "streamfold.specs.cli_check"],
-                            input=as_jsonl([1, 2]), capture_output=True, check=False)
+    broken = subprocess.run(
+        [sys.executable, "-m", "streamfold.specs.cli_check"],
+        input=as_jsonl([1, 2]),
+        capture_output=True,
+        check=False,
+    )
     assert broken.returncode == 1 and b"R1" in broken.stdout

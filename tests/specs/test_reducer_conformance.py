@@ -35,8 +35,9 @@ def grammar() -> HarmonyGrammar:
         (_ANSWER, 3, "length"),  # cut inside the first header
     ],
 )
-def test_reducer_streams_are_conformant(grammar: HarmonyGrammar, text: str, cut: int | None,
-                                        reason: str) -> None:
+def test_reducer_streams_are_conformant(
+    grammar: HarmonyGrammar, text: str, cut: int | None, reason: str
+) -> None:
     tokens = harmony_encoding().encode(text, allowed_special="all")[:cut]
     response = Response(id="resp_conf", created_at=1, model="gpt-oss-20b", status="in_progress")
     state, events = start(grammar, response, input_tokens=7)

@@ -105,41 +105,89 @@ def good_stream() -> list[dict[str, Any]]:
         {"type": "response.created", "response": _response("in_progress", [])},
         {"type": "response.in_progress", "response": _response("in_progress", [])},
         # reasoning item
-        {"type": "response.output_item.added", "output_index": 0,
-         "item": {"id": rs["item_id"], "type": "reasoning", "summary": [], "content": [],
-                  "status": "in_progress"}},
-        {"type": "response.content_part.added", **rs, "content_index": 0,
-         "part": {"type": "reasoning_text", "text": ""}},
-        *({"type": "response.reasoning_text.delta", **rs, "content_index": 0, "delta": d}
-          for d in REASONING),
-        {"type": "response.reasoning_text.done", **rs, "content_index": 0,
-         "text": reasoning_text},
-        {"type": "response.content_part.done", **rs, "content_index": 0,
-         "part": {"type": "reasoning_text", "text": reasoning_text}},
+        {
+            "type": "response.output_item.added",
+            "output_index": 0,
+            "item": {
+                "id": rs["item_id"],
+                "type": "reasoning",
+                "summary": [],
+                "content": [],
+                "status": "in_progress",
+            },
+        },
+        {
+            "type": "response.content_part.added",
+            **rs,
+            "content_index": 0,
+            "part": {"type": "reasoning_text", "text": ""},
+        },
+        *(
+            {"type": "response.reasoning_text.delta", **rs, "content_index": 0, "delta": d}
+            for d in REASONING
+        ),
+        {"type": "response.reasoning_text.done", **rs, "content_index": 0, "text": reasoning_text},
+        {
+            "type": "response.content_part.done",
+            **rs,
+            "content_index": 0,
+            "part": {"type": "reasoning_text", "text": reasoning_text},
+        },
         {"type": "response.output_item.done", "output_index": 0, "item": reasoning_done},
         # assistant message
-        {"type": "response.output_item.added", "output_index": 1,
-         "item": {"id": msg["item_id"], "type": "message", "status": "in_progress",
-                  "content": [], "role": "assistant"}},
-        {"type": "response.content_part.added", **msg, "content_index": 0,
-         "part": _text_part("")},
-        *({"type": "response.output_text.delta", **msg, "content_index": 0, "delta": d,
-           "logprobs": [], "obfuscation": "mvkAadO"} for d in MESSAGE),
-        {"type": "response.output_text.done", **msg, "content_index": 0, "text": message_text,
-         "logprobs": []},
-        {"type": "response.content_part.done", **msg, "content_index": 0,
-         "part": _text_part(message_text)},
+        {
+            "type": "response.output_item.added",
+            "output_index": 1,
+            "item": {
+                "id": msg["item_id"],
+                "type": "message",
+                "status": "in_progress",
+                "content": [],
+                "role": "assistant",
+            },
+        },
+        {"type": "response.content_part.added", **msg, "content_index": 0, "part": _text_part("")},
+        *(
+            {
+                "type": "response.output_text.delta",
+                **msg,
+                "content_index": 0,
+                "delta": d,
+                "logprobs": [],
+                "obfuscation": "mvkAadO",
+            }
+            for d in MESSAGE
+        ),
+        {
+            "type": "response.output_text.done",
+            **msg,
+            "content_index": 0,
+            "text": message_text,
+            "logprobs": [],
+        },
+        {
+            "type": "response.content_part.done",
+            **msg,
+            "content_index": 0,
+            "part": _text_part(message_text),
+        },
         {"type": "response.output_item.done", "output_index": 1, "item": message_done},
         # function call
-        {"type": "response.output_item.added", "output_index": 2,
-         "item": {**call_done, "status": "in_progress", "arguments": ""}},
-        *({"type": "response.function_call_arguments.delta", **fc, "delta": d}
-          for d in ARGUMENTS),
+        {
+            "type": "response.output_item.added",
+            "output_index": 2,
+            "item": {**call_done, "status": "in_progress", "arguments": ""},
+        },
+        *({"type": "response.function_call_arguments.delta", **fc, "delta": d} for d in ARGUMENTS),
         {"type": "response.function_call_arguments.done", **fc, "arguments": arguments},
         {"type": "response.output_item.done", "output_index": 2, "item": call_done},
-        {"type": "response.completed",
-         "response": {**_response("completed", [reasoning_done, message_done, call_done],
-                                  usage), "completed_at": 1760900002}},
+        {
+            "type": "response.completed",
+            "response": {
+                **_response("completed", [reasoning_done, message_done, call_done], usage),
+                "completed_at": 1760900002,
+            },
+        },
     ]
     return renumber(json.loads(json.dumps(events)))  # no dict shared between events
 
@@ -153,8 +201,11 @@ def renumber(events: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 def index_of(events: list[dict[str, Any]], etype: str, nth: int = 0, **fields: Any) -> int:
     """Position of the `nth` event of type `etype` whose fields match `fields`."""
-    hits = [i for i, ev in enumerate(events)
-            if ev.get("type") == etype and all(ev.get(k) == v for k, v in fields.items())]
+    hits = [
+        i
+        for i, ev in enumerate(events)
+        if ev.get("type") == etype and all(ev.get(k) == v for k, v in fields.items())
+    ]
     return hits[nth]
 
 
@@ -167,26 +218,56 @@ def summary_and_code_stream() -> list[dict[str, Any]]:
     ci = {"item_id": "ci_code1", "output_index": 1}
     summary = "Checking the weather."
     code = "print(2 + 2)"
-    reasoning_done = {"id": rs["item_id"], "type": "reasoning", "summary": [
-        {"type": "summary_text", "text": summary}]}
-    call_done = {"id": ci["item_id"], "type": "code_interpreter_call", "status": "completed",
-                 "code": code, "container_id": "cntr_1", "outputs": None}
+    reasoning_done = {
+        "id": rs["item_id"],
+        "type": "reasoning",
+        "summary": [{"type": "summary_text", "text": summary}],
+    }
+    call_done = {
+        "id": ci["item_id"],
+        "type": "code_interpreter_call",
+        "status": "completed",
+        "code": code,
+        "container_id": "cntr_1",
+        "outputs": None,
+    }
     body: list[dict[str, Any]] = [
-        {"type": "response.output_item.added", "output_index": 0,
-         "item": {"id": rs["item_id"], "type": "reasoning", "summary": []}},
-        {"type": "response.reasoning_summary_part.added", **rs, "summary_index": 0,
-         "part": {"type": "summary_text", "text": ""}},
-        {"type": "response.reasoning_summary_text.delta", **rs, "summary_index": 0,
-         "delta": summary[:8]},
-        {"type": "response.reasoning_summary_text.delta", **rs, "summary_index": 0,
-         "delta": summary[8:]},
-        {"type": "response.reasoning_summary_text.done", **rs, "summary_index": 0,
-         "text": summary},
-        {"type": "response.reasoning_summary_part.done", **rs, "summary_index": 0,
-         "part": {"type": "summary_text", "text": summary}},
+        {
+            "type": "response.output_item.added",
+            "output_index": 0,
+            "item": {"id": rs["item_id"], "type": "reasoning", "summary": []},
+        },
+        {
+            "type": "response.reasoning_summary_part.added",
+            **rs,
+            "summary_index": 0,
+            "part": {"type": "summary_text", "text": ""},
+        },
+        {
+            "type": "response.reasoning_summary_text.delta",
+            **rs,
+            "summary_index": 0,
+            "delta": summary[:8],
+        },
+        {
+            "type": "response.reasoning_summary_text.delta",
+            **rs,
+            "summary_index": 0,
+            "delta": summary[8:],
+        },
+        {"type": "response.reasoning_summary_text.done", **rs, "summary_index": 0, "text": summary},
+        {
+            "type": "response.reasoning_summary_part.done",
+            **rs,
+            "summary_index": 0,
+            "part": {"type": "summary_text", "text": summary},
+        },
         {"type": "response.output_item.done", "output_index": 0, "item": reasoning_done},
-        {"type": "response.output_item.added", "output_index": 1,
-         "item": {**call_done, "status": "in_progress", "code": ""}},
+        {
+            "type": "response.output_item.added",
+            "output_index": 1,
+            "item": {**call_done, "status": "in_progress", "code": ""},
+        },
         {"type": "response.code_interpreter_call.in_progress", **ci},
         {"type": "response.code_interpreter_call_code.delta", **ci, "delta": code[:6]},
         {"type": "response.code_interpreter_call_code.delta", **ci, "delta": code[6:]},

@@ -18,7 +18,7 @@ import openai_harmony as h
 
 from streamfold.vocab import harmony_encoding
 
-from ._requests import (
+from .requests import (
     CreateRequest,
     FunctionCallInput,
     FunctionCallOutputInput,

@@ -1,5 +1,7 @@
 """`POST /v1/responses` bodies as typed values, read strictly, with errors that name the field.
 
+No HTTP stack needed: `streamfold record` renders prompts from these too.
+
 The request shapes follow the Responses API (openai-python `response_create_params`): `input` is
 a string or a list of items (messages with string or `input_text`/`output_text` content,
 `function_call`, `function_call_output`, `reasoning`), tools are function tools. Unknown

@@ -1,0 +1,149 @@
+"""`streamfold record`: run one request on an engine and write its trace.
+
+The trace is what `streamfold replay` replays and `streamfold serve --engine replay` serves: the
+recorded engine output, so a production stream can be reproduced byte for byte without the
+engine. A `--prompt` is rendered as a harmony conversation (system message with the reasoning
+effort, developer message with `--instructions`), exactly as the server renders requests.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+import uuid
+from pathlib import Path
+from typing import Any
+
+__all__ = ["add_record_parser", "run_record"]
+
+ENGINES = ("native", "vllm", "sglang", "replay")
+
+
+def add_record_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    from streamfold.engines.cli_native import add_native_engine_arguments
+
+    p = subparsers.add_parser(
+        "record",
+        help="run one request on an engine and write its trace (JSON lines)",
+        description="Run one request on an engine and write the trace that `streamfold replay` "
+        "replays. Example: streamfold record --engine native --model DIR --prompt 'Hi' -o t.jsonl",
+    )
+    p.add_argument("--engine", choices=ENGINES, default="native", help="token source")
+    p.add_argument(
+        "--model",
+        required=True,
+        help="native: checkpoint directory; vllm/sglang: model name or path; "
+        "replay: trace name in --traces",
+    )
+    prompt = p.add_mutually_exclusive_group(required=True)
+    prompt.add_argument("--prompt", help="user message, rendered as a harmony conversation")
+    prompt.add_argument("--prompt-token-ids", help="the prompt as comma-separated token ids")
+    p.add_argument("--instructions", help="developer instructions (with --prompt)")
+    p.add_argument("--reasoning-effort", choices=("low", "medium", "high"), default=None)
+    p.add_argument("--max-output-tokens", type=int, default=256)
+    p.add_argument("--temperature", type=float, default=1.0, help="0 is greedy")
+    p.add_argument("--top-p", type=float, default=1.0)
+    p.add_argument("--top-k", type=int, default=0)
+    p.add_argument("--seed", type=int, default=None, help="makes sampling reproducible")
+    p.add_argument("--logprobs", action="store_true", help="record each token's logprob")
+    p.add_argument("-o", "--output", required=True, type=Path, help="trace file to write")
+    p.add_argument("--traces", type=Path, default=None, help="replay: directory of traces")
+    p.add_argument(
+        "--engine-arg",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="vllm, sglang: engine option passed through (repeatable)",
+    )
+    add_native_engine_arguments(p)
+    p.set_defaults(run=run_record)
+
+
+def _prompt_ids(args: argparse.Namespace) -> tuple[int, ...]:
+    if args.prompt_token_ids is not None:
+        try:
+            return tuple(int(t) for t in args.prompt_token_ids.split(",") if t.strip())
+        except ValueError as exc:
+            raise ValueError(
+                f"--prompt-token-ids must be comma-separated integers, got "
+                f"{args.prompt_token_ids!r}"
+            ) from exc
+    from streamfold.adapters.prompt import render_prompt
+    from streamfold.adapters.requests import parse_create_request
+
+    body: dict[str, Any] = {"model": args.model, "input": args.prompt}
+    if args.instructions:
+        body["instructions"] = args.instructions
+    if args.reasoning_effort:
+        body["reasoning"] = {"effort": args.reasoning_effort}
+    return render_prompt(parse_create_request(body))
+
+
+async def _record(args: argparse.Namespace, request: Any, header: dict[str, Any]) -> str:
+    from streamfold.engines.cli_native import record_trace
+
+    if args.engine == "native":
+        from streamfold.engines.cli_native import build_native_engine, native_engine_options
+
+        with build_native_engine(args.model, **native_engine_options(args)) as engine:
+            return await record_trace(engine, request, args.output, header)
+    if args.engine == "replay":
+        from streamfold.adapters.registry import ReplayEngine, bundled_traces_dir
+
+        replay = ReplayEngine(args.traces or bundled_traces_dir())
+        return await record_trace(replay, request, args.output, header)
+    from streamfold.adapters.engine_args import build_engine_source, parse_engine_args
+
+    # Built inside the running loop: vLLM's AsyncLLM binds its output handler to it.
+    source = build_engine_source(args.engine, args.model, **parse_engine_args(args.engine_arg))
+    return await record_trace(source, request, args.output, header)
+
+
+def run_record(args: argparse.Namespace) -> int:
+    import anyio
+
+    from streamfold.engines import GenerationRequest, SamplingParams
+    from streamfold.statemachine import StreamfoldError
+
+    try:
+        prompt = _prompt_ids(args)
+        from streamfold.vocab import harmony_encoding
+
+        stops = (*harmony_encoding().stop_tokens_for_assistant_actions(), 199999)
+        request = GenerationRequest(
+            request_id=f"rec-{uuid.uuid4().hex[:12]}",
+            prompt_token_ids=prompt,
+            model=args.model,
+            max_output_tokens=args.max_output_tokens,
+            sampling=SamplingParams(
+                temperature=args.temperature,
+                top_p=args.top_p,
+                top_k=args.top_k,
+                seed=args.seed,
+                logprobs=args.logprobs,
+            ),
+            stop_token_ids=stops,
+        )
+        header = {
+            "trace": 1,
+            "grammar": "harmony",
+            "encoding": "o200k_harmony",
+            "response_id": f"resp_{uuid.uuid4().hex}",
+            "model": Path(str(args.model)).name,
+            "created_at": int(time.time()),
+            "request": {
+                "engine": args.engine,
+                "max_output_tokens": args.max_output_tokens,
+                "temperature": args.temperature,
+                "top_p": args.top_p,
+                "top_k": args.top_k,
+                "seed": args.seed,
+            },
+        }
+        reason = anyio.run(_record, args, request, header)
+    except (StreamfoldError, ValueError, OSError, ImportError) as exc:
+        print(f"streamfold record: {exc}", file=sys.stderr)
+        return 2
+    print(f"wrote {args.output} (finish_reason: {reason})", file=sys.stderr)
+    return 0
