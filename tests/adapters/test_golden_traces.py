@@ -14,9 +14,9 @@ import pytest
 
 import streamfold.specs
 from streamfold.adapters import SGLangTokenSource, VLLMTokenSource, sglang_rid
+from streamfold.adapters.driver import stream_events
 from streamfold.engines import GenerationRequest, Trace, read_trace
 from streamfold.replay import grammar_for, replay_events, response_for
-from streamfold.statemachine import finish, start, step
 
 from . import fakes_sglang, fakes_vllm
 
@@ -73,20 +73,18 @@ def source_for(engine: str, trace: Trace, steps: list[list[int]]) -> Any:
 
 
 async def drive(source: Any, trace: Trace) -> list[Any]:
+    """The adapter's chunks through the real anyio driver (`stream_events`)."""
     prompt = tuple(trace.header.get("prompt_token_ids", ()))
-    state, events = start(
-        grammar_for(trace.header), response_for(trace.header), input_tokens=len(prompt)
-    )
     request = GenerationRequest(request_id="req", prompt_token_ids=prompt)
-    async with aclosing(source.generate(request)) as chunks:
-        async for chunk in chunks:
-            for token in chunk.token_ids:
-                state, more = step(state, token)
-                events += more
-            if chunk.finish_reason is not None:
-                state, more = finish(state, chunk.finish_reason, chunk.error)
-                return events + more
-    raise AssertionError("no finish_reason")
+    events = stream_events(
+        source,
+        request,
+        grammar_for(trace.header),
+        response_for(trace.header),
+        input_tokens=len(prompt),
+    )
+    async with aclosing(events) as stream:
+        return [event async for event in stream]
 
 
 @pytest.mark.parametrize("path", finished_traces())
