@@ -25,6 +25,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import torch
+
 from streamfold.engines import GenerationRequest, SamplingParams
 from streamfold.engines.engine_core import EngineCore
 from streamfold.engines.gptoss_model import GptOssModel

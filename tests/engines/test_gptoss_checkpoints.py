@@ -10,6 +10,7 @@ import pytest
 import torch
 from gptoss_tiny import WINDOW, make_hf_model
 from safetensors.torch import load_file, save_file
+
 from streamfold.engines.gptoss_errors import (
     ConfigError,
     MissingTensorError,

@@ -8,6 +8,7 @@ from typing import Any
 import pytest
 import torch
 from gptoss_tiny import WINDOW, make_hf_model, save
+
 from streamfold.engines import gptoss_model
 from streamfold.engines.gptoss_model import DenseAttention, GptOssModel
 

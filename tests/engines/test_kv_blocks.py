@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pytest
+
 from streamfold.engines.kv_blocks import FREED, BlockManager, OutOfBlocksError
 
 

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import anyio
 import pytest
+
 from streamfold.engines import GenerationRequest, SamplingParams, TokenChunk, TokenSource
 from streamfold.engines.engine_core import EngineCore
 from streamfold.engines.gptoss_model import GptOssModel
