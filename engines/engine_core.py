@@ -192,11 +192,16 @@ class EngineCore:
                 finish = "length"
             params = seq.request.sampling
             want_logprobs = params.logprobs or params.top_logprobs > 0
+            # vLLM's convention: stop_reason names the stop id, None for the model's own EOS.
+            stop_reason = None
+            if finish == "stop" and drawn.token_id not in self.model.config.eos_token_ids:
+                stop_reason = drawn.token_id
             chunk = TokenChunk(
                 token_ids=(drawn.token_id,),
                 logprobs=(drawn.logprob,) if want_logprobs else None,
                 top_logprobs=(drawn.top_logprobs,) if drawn.top_logprobs is not None else None,
                 finish_reason=finish,
+                stop_reason=stop_reason,
             )
             if finish is not None:
                 self._finish(seq)

@@ -1,24 +1,23 @@
 """`NativeEngine`: the paged gpt-oss engine as a `TokenSource`, stepping in a background thread.
 
 One thread owns the `EngineCore` and runs steps while any request is in flight, so every
-concurrent `generate` call shares the batch. Each call gets an unbounded memory object stream;
-after a step the thread hands each event loop its chunks in one `anyio.from_thread.run_sync`
-call, so it works the same under asyncio and trio. Closing a `generate` iterator aborts the
-request and frees its blocks before `aclose` returns (waiting, off the event loop, for the
-step in progress to end).
+concurrent `generate` call shares the batch. Each call gets an unbounded anyio memory object
+stream; after a step the thread posts each event loop its chunks in one thread-safe callback
+(asyncio's `call_soon_threadsafe` or trio's `run_sync_soon`) and goes on with the next step.
+Closing a `generate` iterator aborts the request and frees its blocks before `aclose` returns
+(waiting, off the event loop, for the step in progress to end).
 """
 
 from __future__ import annotations
 
+import asyncio
 import math
 import threading
 from collections import defaultdict, deque
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 import anyio
-import anyio.from_thread
-import anyio.lowlevel
 import anyio.to_thread
 import torch
 from anyio.streams.memory import MemoryObjectSendStream
@@ -34,10 +33,24 @@ class EngineClosedError(RuntimeError):
 
 
 class _Sink:
-    __slots__ = ("send", "token")
+    """Where one request's chunks go: its stream, and how to run code on its event loop."""
 
-    def __init__(self, send: MemoryObjectSendStream[TokenChunk], token: Any) -> None:
-        self.send, self.token = send, token
+    __slots__ = ("post", "send")
+
+    def __init__(self, send: MemoryObjectSendStream[TokenChunk], post: Callable[..., object]):
+        self.send, self.post = send, post
+
+
+def _poster() -> Callable[..., object]:
+    """A thread-safe, non-blocking "run this soon on the current event loop" for asyncio or
+    trio. `anyio.from_thread.run_sync` would do, but it blocks the engine thread until the loop
+    has run the callback, and on a busy 2-core machine that wait cost more than the step."""
+    try:
+        return asyncio.get_running_loop().call_soon_threadsafe
+    except RuntimeError:  # not asyncio: anyio's only other backend is trio
+        import trio
+
+        return trio.lowlevel.current_trio_token().run_sync_soon
 
 
 def _deliver(items: list[tuple[_Sink, TokenChunk]]) -> None:
@@ -87,7 +100,7 @@ class NativeEngine:
         if self._closed:
             raise EngineClosedError("this NativeEngine is closed; build a new one")
         send, receive = anyio.create_memory_object_stream[TokenChunk](math.inf)
-        sink = _Sink(send, anyio.lowlevel.current_token())
+        sink = _Sink(send, _poster())
         self._command("add", (request, sink))
         finished = False
         try:
@@ -191,13 +204,13 @@ class NativeEngine:
         return out
 
     def _send(self, out: list[tuple[_Sink, TokenChunk]]) -> None:
-        by_loop: dict[int, list[tuple[_Sink, TokenChunk]]] = defaultdict(list)
+        by_loop: dict[object, list[tuple[_Sink, TokenChunk]]] = defaultdict(list)
         for sink, chunk in out:
-            by_loop[id(sink.token)].append((sink, chunk))
+            by_loop[getattr(sink.post, "__self__", sink.post)].append((sink, chunk))
         for items in by_loop.values():
             try:
-                anyio.from_thread.run_sync(_deliver, items, token=items[0][0].token)
-            except RuntimeError:  # incl. anyio.RunFinishedError: that event loop has ended
+                items[0][0].post(_deliver, items)
+            except RuntimeError:  # loop closed (asyncio) or trio.RunFinishedError
                 gone = {id(sink) for sink, _ in items}
                 with self._step_lock:
                     for request_id, sink in list(self._sinks.items()):

@@ -9,7 +9,7 @@ from pathlib import Path
 import anyio
 import pytest
 
-from streamfold.engines import GenerationRequest, SamplingParams, TokenChunk
+from streamfold.engines import GenerationRequest, SamplingParams, TokenChunk, read_trace
 from streamfold.engines.cli_native import (
     add_init_model_parser,
     add_native_engine_arguments,
@@ -74,6 +74,9 @@ def test_record_trace_writes_header_chunks_and_finish(tiny_dir: Path, tmp_path: 
         assert len(chunk["token_ids"]) == len(chunk["logprobs"]) == 1
         assert all(0 <= t < 201088 for t in chunk["token_ids"])
     assert last["finish_reason"] in ("length", "stop")
+    parsed = read_trace(trace)  # the project's own trace reader accepts it
+    assert parsed.token_ids == [t for c in chunks for t in c["token_ids"]]
+    assert parsed.finish_reason == last["finish_reason"]
     # The same seed records the same trace.
     again = tmp_path / "again.jsonl"
     _record(tiny_dir, again, request)

@@ -167,7 +167,7 @@ def test_stop_ids_end_with_the_stop_token_included(model: GptOssModel) -> None:
     )
     chunks = engine.run_to_completion([request])["s"]
     assert _tokens(chunks) == free_run[: free_run.index(stop) + 1]
-    assert chunks[-1].finish_reason == "stop"
+    assert chunks[-1].finish_reason == "stop" and chunks[-1].stop_reason == stop
 
 
 def test_gpt_oss_stop_ids_are_on_by_default(model: GptOssModel) -> None:
