@@ -23,8 +23,9 @@ from typing import Any, Literal
 
 import attrs
 
+from ._fast import updater
 from ._header import Header, parse_header
-from ._items import _DELTAS, ItemKind, Out, append_bytes, append_text, replace_item
+from ._items import _DELTAS, ItemKind, OpenItem, Out, append_bytes, append_text
 from ._reducer import ResponseState, close_open, open_next, replace_state
 from ._text import Rope, rope_items
 from ._vocab import Vocabulary
@@ -49,6 +50,9 @@ _EXPECT_START = HarmonyParse(phase="expect_start")
 # The content phase is always this one value, so the hot path can test it by identity.
 _CONTENT = HarmonyParse(phase="content")
 _decode = codecs.utf_8_decode
+# Positional copies for the hot path (see `_fast.updater`).
+_item_grown = updater(OpenItem, "text", "pending")
+_state_after_text = updater(ResponseState, "open", "seq", "output_tokens", "reasoning_tokens")
 
 
 @attrs.frozen(kw_only=True, eq=False)
@@ -100,15 +104,15 @@ class HarmonyGrammar:
                 if make is not None:
                     out.events.append(make(out.seq, item, text, ()))
                     out.seq += 1
-                item = replace_item(item, text=(item.text, text), pending=pending)
+                item = _item_grown(item, (item.text, text), pending)
             else:
-                item = replace_item(item, pending=pending)
-            return replace_state(
+                item = _item_grown(item, item.text, pending)
+            return _state_after_text(
                 state,
-                open=item,
-                seq=out.seq,
-                output_tokens=state.output_tokens + 1,
-                reasoning_tokens=state.reasoning_tokens + (item.kind == "reasoning"),
+                item,
+                out.seq,
+                state.output_tokens + 1,
+                state.reasoning_tokens + (item.kind == "reasoning"),
             )
         phase = parse.phase
         if phase == "content":
@@ -151,8 +155,8 @@ class HarmonyGrammar:
 
     def _begin_header(self, state: ResponseState, token: int) -> ResponseState:
         if token == self.start_id:
-            return attrs.evolve(state, parse=HarmonyParse(phase="header", role_pending=True))
-        return attrs.evolve(
+            return replace_state(state, parse=HarmonyParse(phase="header", role_pending=True))
+        return replace_state(
             state,
             parse=HarmonyParse(
                 phase="header",
@@ -182,12 +186,12 @@ class HarmonyGrammar:
             state = self._flush_header(state, out, complete=True, stopped=True)
             return replace_state(state, parse=_EXPECT_START)
         if token == self.start_id:
-            return attrs.evolve(state, parse=HarmonyParse(phase="header", role_pending=True))
+            return replace_state(state, parse=HarmonyParse(phase="header", role_pending=True))
         size = parse.header_bytes + len(self.vocabulary.token_bytes[token])
         parse = attrs.evolve(parse, header=(parse.header, token), header_bytes=size)
         if size > HEADER_LIMIT_BYTES:
-            return self._header_was_text(attrs.evolve(state, parse=parse), out)
-        return attrs.evolve(state, parse=parse)
+            return self._header_was_text(replace_state(state, parse=parse), out)
+        return replace_state(state, parse=parse)
 
     # -- headers ------------------------------------------------------------------------------
 
@@ -245,7 +249,7 @@ class HarmonyGrammar:
         if not stopped or (not header.rest and header.recipient is None):
             return state
         state = self._open(state, out, header)
-        state = attrs.evolve(state, open=append_text(out, state.open, header.rest))  # type: ignore[arg-type]
+        state = replace_state(state, open=append_text(out, state.open, header.rest))  # type: ignore[arg-type]
         return close_open(state, out, complete=complete)
 
     def _text_of(self, header: Rope) -> str:
@@ -269,7 +273,7 @@ class HarmonyGrammar:
                 text = stripped[len(role) :]
         state = self._open(state, out, Header())
         item = append_text(out, state.open, text)  # type: ignore[arg-type]
-        return attrs.evolve(state, open=item, parse=_CONTENT)
+        return replace_state(state, open=item, parse=_CONTENT)
 
     def flush(self, state: ResponseState, out: Out, complete: bool) -> ResponseState:
         parse: HarmonyParse = state.parse

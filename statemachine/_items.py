@@ -21,9 +21,7 @@ from __future__ import annotations
 
 import codecs
 import json
-from typing import Any, Literal
-
-import attrs
+from typing import Any, Literal, NamedTuple
 
 from . import _events as ev
 from . import _model as m
@@ -69,9 +67,8 @@ class Out:
         self.seq += 1
 
 
-@attrs.frozen(kw_only=True)
-class OpenItem:
-    """An item between its `added` and `done` events.
+class OpenItem(NamedTuple):
+    """An item between its `added` and `done` events (a NamedTuple: one is made per token).
 
     `text` is a rope of the decoded text so far (message or reasoning text, arguments, code);
     `pending` holds bytes of a character not yet complete; `tokens` is a rope of

@@ -19,7 +19,7 @@ random number: the same tokens give byte-identical events, however the engine ch
 
 from __future__ import annotations
 
-from typing import Any, Literal, Protocol
+from typing import Any, Literal, NamedTuple, Protocol
 
 import attrs
 
@@ -63,9 +63,12 @@ class Grammar(Protocol):
         """At finish: turn anything held back (a half-read header or tag) into items."""
 
 
-@attrs.frozen(kw_only=True)
-class ResponseState:
-    """Everything the reducer knows between two tokens. Immutable; cheap to copy."""
+class ResponseState(NamedTuple):
+    """Everything the reducer knows between two tokens. Immutable; cheap to copy.
+
+    A NamedTuple rather than an attrs class because one is made for every token: building it
+    is one `tuple.__new__` (see `_fast.replacer`; benchmarks/bench_reducer.py measures it).
+    """
 
     grammar: Grammar
     response: m.Response
@@ -156,7 +159,7 @@ def close_open(state: ResponseState, out: Out, *, complete: bool) -> ResponseSta
     if state.open is None:
         return state
     done = close_item(out, state.open, state.grammar.vocabulary, complete=complete)
-    return attrs.evolve(state, open=None, output=(*state.output, done))
+    return replace_state(state, open=None, output=(*state.output, done))
 
 
 def _usage(state: ResponseState) -> m.ResponseUsage:
@@ -222,4 +225,4 @@ def finish(
                 ),
             ),
         )
-    return attrs.evolve(state, seq=out.seq, finished=True), out.events
+    return replace_state(state, seq=out.seq, finished=True), out.events
