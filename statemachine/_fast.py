@@ -49,14 +49,19 @@ def replacer(cls: type[T]) -> Callable[..., T]:
     return replace
 
 
-def builder(cls: type[T], *names: str) -> Callable[..., T]:
+def builder(cls: type[T], *names: str, **constants: Any) -> Callable[..., T]:
     """A positional constructor for a frozen attrs class, skipping `__init__`'s keyword work.
 
-    Fields not named keep their defaults (the wire `type`, empty logprobs). For the reducer's
-    own events on the hot path only: arguments are not validated.
+    `constants` fix fields to one value (`content_index=0`); other fields not named keep their
+    defaults (the wire `type`, empty logprobs). For the reducer's own events on the hot path
+    only: arguments are not validated.
     """
     fields = attrs.fields(cls)  # type: ignore[arg-type]
-    missing = [f.name for f in fields if f.name not in names and f.default is attrs.NOTHING]
+    missing = [
+        f.name
+        for f in fields
+        if f.name not in names and f.name not in constants and f.default is attrs.NOTHING
+    ]
     if missing:
         raise TypeError(f"builder({cls.__name__}) must set {missing}")
     lines = [f"    _set_{name}(new, {name})" for name in names]
@@ -68,7 +73,7 @@ def builder(cls: type[T], *names: str) -> Callable[..., T]:
     namespace: dict[str, Any] = {"_new": object.__new__, "_cls": cls}
     for f in fields:
         namespace[f"_set_{f.name}"] = cls.__dict__[f.name].__set__
-        namespace[f"_default_{f.name}"] = f.default
+        namespace[f"_default_{f.name}"] = constants.get(f.name, f.default)
     exec(source, namespace)  # the generated code only sets named slots
     build: Callable[..., T] = namespace["build"]
     build.__qualname__ = f"{cls.__name__}.build"

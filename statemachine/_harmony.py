@@ -25,7 +25,7 @@ import attrs
 
 from ._fast import updater
 from ._header import Header, parse_header
-from ._items import _DELTAS, ItemKind, OpenItem, Out, append_bytes, append_text
+from ._items import FAST_DELTAS, ItemKind, OpenItem, Out, append_bytes, append_text
 from ._reducer import ResponseState, close_open, open_next, replace_state
 from ._text import Rope, rope_items
 from ._vocab import Vocabulary
@@ -65,6 +65,9 @@ class HarmonyGrammar:
     message_id: int = attrs.field(init=False)
     channel_id: int = attrs.field(init=False)
     stops: frozenset[int] = attrs.field(init=False)
+    # The vocabulary's tables, one attribute lookup away on the hot path.
+    token_bytes: tuple[bytes, ...] = attrs.field(init=False, repr=False)
+    special_ids: frozenset[int] = attrs.field(init=False, repr=False)
 
     def __attrs_post_init__(self) -> None:
         v = self.vocabulary
@@ -75,6 +78,8 @@ class HarmonyGrammar:
         if "<|endoftext|>" in v.special:
             stops.add(v.special["<|endoftext|>"])
         object.__setattr__(self, "stops", frozenset(stops))
+        object.__setattr__(self, "token_bytes", v.token_bytes)
+        object.__setattr__(self, "special_ids", v.special_ids)
 
     def initial(self) -> HarmonyParse:
         return HarmonyParse()
@@ -90,19 +95,19 @@ class HarmonyGrammar:
             parse is _CONTENT
             and logprob is None
             and item is not None
-            and token not in self.vocabulary.special_ids
+            and token not in self.special_ids
         ):
             # The hot path, inlined: one token of text gives at most one delta event, one new
             # item and one new state. Everything else takes the general path below.
-            data = self.vocabulary.token_bytes[token]
+            data = self.token_bytes[token]
             if item.pending:
                 data = item.pending + data
             text, used = _decode(data, "replace", False)
             pending = data[used:] if used < len(data) else b""
             if text:
-                make = _DELTAS[item.kind]
+                make = FAST_DELTAS[item.kind]
                 if make is not None:
-                    out.events.append(make(out.seq, item, text, ()))
+                    out.events.append(make(out.seq, item.item_id, item.output_index, text))
                     out.seq += 1
                 item = _item_grown(item, (item.text, text), pending)
             else:

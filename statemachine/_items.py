@@ -195,6 +195,18 @@ _plain_deltas = {
 }
 
 
+# The same, for text without logprobs: one call `(seq, item_id, output_index, delta)`.
+_WHERE = ("sequence_number", "item_id", "output_index", "delta")
+FAST_DELTAS: dict[str, Any] = {
+    "message": builder(ev.ResponseTextDeltaEvent, *_WHERE, content_index=0),
+    "reasoning": builder(ev.ResponseReasoningTextDeltaEvent, *_WHERE, content_index=0),
+    "function_call": builder(ev.ResponseFunctionCallArgumentsDeltaEvent, *_WHERE),
+    "code_interpreter_call": builder(ev.ResponseCodeInterpreterCallCodeDeltaEvent, *_WHERE),
+    "mcp_call": builder(ev.ResponseMcpCallArgumentsDeltaEvent, *_WHERE),
+    "web_search_call": None,
+}
+
+
 def _plain_delta(build: Any) -> Any:
     return lambda seq, item, text, _: build(seq, item.item_id, item.output_index, text)
 
