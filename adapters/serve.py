@@ -101,11 +101,18 @@ def run_serve(args: argparse.Namespace) -> int:
         return 2
     # Followers of a background response hold their connection until it ends, and it ends
     # when the lifespan cancels it after the connections close: bound that wait.
-    uvicorn.run(
-        create_app(engine, store=store),
-        host=args.host,
-        port=args.port,
-        log_level=args.log_level,
-        timeout_graceful_shutdown=10,
-    )
+    try:
+        uvicorn.run(
+            create_app(engine, store=store),
+            host=args.host,
+            port=args.port,
+            log_level=args.log_level,
+            timeout_graceful_shutdown=10,
+        )
+    finally:
+        # An engine with threads or devices of its own (the native engine) is shut down here,
+        # so no generation outlives the server.
+        close = getattr(engine.source, "close", None)
+        if callable(close):
+            close()
     return 0

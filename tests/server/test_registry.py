@@ -50,3 +50,30 @@ async def test_lazy_source_builds_once_on_first_generate() -> None:
         chunks = [c async for c in lazy.generate(request)]
         assert chunks[-1].finish_reason == "stop"
     assert built == [1]
+
+
+def test_serve_closes_an_engine_that_has_close_when_the_server_stops(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: object
+) -> None:
+    import uvicorn
+
+    from streamfold.adapters import registry
+    from streamfold.adapters.registry import Engine
+
+    closed: list[bool] = []
+
+    class ClosingSource:
+        async def generate(self, request: GenerationRequest):  # type: ignore[no-untyped-def]
+            yield TokenChunk(finish_reason="stop")
+
+        def close(self) -> None:
+            closed.append(True)
+
+    monkeypatch.setitem(
+        registry.ENGINES,
+        "replay",
+        lambda args: Engine(source=ClosingSource(), grammar=lambda model: None),  # type: ignore[arg-type,return-value]
+    )
+    monkeypatch.setattr(uvicorn, "run", lambda *a, **k: None)
+    assert main(["serve", "--store", ":memory:"]) == 0
+    assert closed == [True]
