@@ -416,7 +416,7 @@ Event = (
 #: wire `type` -> event class, for reading events back.
 EVENT_TYPES: dict[str, type[Event]] = {
     attrs.fields_dict(cls)["type"].default: cls  # type: ignore[misc]
-    for cls in Event.__args__  # type: ignore[attr-defined]
+    for cls in Event.__args__
 }
 
 TERMINAL_EVENT_TYPES = frozenset({"response.completed", "response.incomplete", "response.failed"})

@@ -31,6 +31,7 @@ from ._vocab import Vocabulary
 
 __all__ = ["ItemKind", "OpenItem", "Out", "append_bytes", "close_item", "open_item"]
 
+ItemStatus = Literal["in_progress", "completed", "incomplete"]
 ItemKind = Literal[
     "message",
     "reasoning",
@@ -318,23 +319,22 @@ def _part_logprobs(vocab: Vocabulary, tokens: Rope) -> tuple[m.Logprob, ...]:
 
 
 def _snapshot(
-    item: OpenItem, text: str, status: str, logprobs: tuple[m.Logprob, ...]
+    item: OpenItem, text: str, status: ItemStatus, logprobs: tuple[m.Logprob, ...]
 ) -> m.OutputItem:
     """The item as the wire shows it, with `text` as its content so far."""
     kind = item.kind
     if kind == "message":
-        content = (
+        message_content: tuple[m.ResponseOutputText, ...] = (
             () if status == "in_progress" else (m.ResponseOutputText(text=text, logprobs=logprobs),)
         )
         return m.ResponseOutputMessage(
-            id=item.item_id,
-            status=status,
-            content=content,  # type: ignore[arg-type]
-            phase=item.phase,
+            id=item.item_id, status=status, content=message_content, phase=item.phase
         )
     if kind == "reasoning":
-        content = () if status == "in_progress" else (m.ReasoningText(text=text),)
-        return m.ResponseReasoningItem(id=item.item_id, content=content, status=status)  # type: ignore[arg-type]
+        reasoning: tuple[m.ReasoningText, ...] = (
+            () if status == "in_progress" else (m.ReasoningText(text=text),)
+        )
+        return m.ResponseReasoningItem(id=item.item_id, content=reasoning, status=status)
     if kind == "function_call":
         return m.ResponseFunctionToolCall(
             id=item.item_id,
@@ -342,23 +342,23 @@ def _snapshot(
             name=item.name or "",
             arguments=text,
             status=status,
-        )  # type: ignore[arg-type]
+        )
     if kind == "web_search_call":
         action = (
             m.ActionSearch() if status == "in_progress" else _web_search_action(text, item.name)
         )
-        return m.ResponseFunctionWebSearch(id=item.item_id, action=action, status=status)  # type: ignore[arg-type]
+        return m.ResponseFunctionWebSearch(id=item.item_id, action=action, status=status)
     if kind == "code_interpreter_call":
         return m.ResponseCodeInterpreterToolCall(
             id=item.item_id, code=text, container_id=item.container_id or "", status=status
-        )  # type: ignore[arg-type]
+        )
     return m.McpCall(
         id=item.item_id,
         name=item.name or "",
         server_label=item.server_label or "",
         arguments=text,
         status=status,
-    )  # type: ignore[arg-type]
+    )
 
 
 def close_item(out: Out, item: OpenItem, vocab: Vocabulary, *, complete: bool) -> m.OutputItem:
@@ -367,7 +367,7 @@ def close_item(out: Out, item: OpenItem, vocab: Vocabulary, *, complete: bool) -
     if tail:
         item = append_text(out, item, tail)
     text = rope_text(item.text)
-    status = "completed" if complete else "incomplete"
+    status: ItemStatus = "completed" if complete else "incomplete"
     where = {"item_id": item.item_id, "output_index": item.output_index}
     kind = item.kind
     part_logprobs = _part_logprobs(vocab, item.tokens) if item.tokens is not None else ()

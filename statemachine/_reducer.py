@@ -48,8 +48,11 @@ _REASONS = ("stop", "length", "abort", "error")
 class Grammar(Protocol):
     """How one model family's tokens become items (see `_harmony.py`, `_thinktags.py`)."""
 
-    name: str
-    vocabulary: Vocabulary
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def vocabulary(self) -> Vocabulary: ...
 
     def initial(self) -> Any:
         """The grammar's own parse state at the start of generation."""

@@ -217,7 +217,7 @@ class ResponseService:
         stored = prepared.request.store is not False
         run = Run(
             id=prepared.response.id,
-            background=prepared.response.background,
+            background=bool(prepared.response.background),
             keep=stored,
             flushed_at=anyio.current_time(),
         )
