@@ -22,13 +22,16 @@ from starlette.types import Receive, Scope, Send
 
 from ..registry import Engine
 from ..requests import RequestError
-from ._service import ResponseService, ServiceNotRunningError
+from ._service import Prepared, ResponseService, ServiceNotRunningError
 from ._store import EventStore, MemoryEventStore
 
 __all__ = ["EventStreamResponse", "create_app"]
 
 log = logging.getLogger("streamfold.server")
 
+
+#: How often a non-streaming request checks that its client is still there.
+_DISCONNECT_POLL_S = 0.2
 
 _SSE_HEADERS = (
     (b"content-type", b"text/event-stream; charset=utf-8"),
@@ -96,7 +99,29 @@ async def create_response(request: Request) -> Any:
         return JSONResponse(await service.lookup(run.id))
     if prepared.request.stream:
         return EventStreamResponse(service.stream(prepared))
-    return JSONResponse(await service.complete(prepared))
+    return JSONResponse(await _complete_while_connected(request, service, prepared))
+
+
+async def _complete_while_connected(
+    request: Request, service: ResponseService, prepared: Prepared
+) -> Any:
+    """A non-streaming response, cancelled (and its engine work aborted) if the client leaves.
+
+    Nothing else reads from the connection while the response is generated, so a watcher
+    polls for the disconnect; cancelling `complete` closes the source, which aborts the engine.
+    """
+    result: Any = None
+    async with anyio.create_task_group() as group:
+
+        async def watch() -> None:
+            while not await request.is_disconnected():
+                await anyio.sleep(_DISCONNECT_POLL_S)
+            group.cancel_scope.cancel()
+
+        group.start_soon(watch)
+        result = await service.complete(prepared)
+        group.cancel_scope.cancel()
+    return result
 
 
 def _starting_after(request: Request) -> int:

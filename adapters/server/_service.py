@@ -267,7 +267,9 @@ class ResponseService:
             yield await self._record(run, closing)
         finally:
             if not generation.finished:  # the consumer left, or the run was cancelled
-                await self._record(run, generation.close("abort", run.stop_message))
+                # Shielded: when this run was cancelled, the log must still get its end.
+                with anyio.CancelScope(shield=True):
+                    await self._record(run, generation.close("abort", run.stop_message))
             run.finish()
             if not run.unsaved:  # else the memory copy is the only one left
                 self.live.pop(run.id, None)

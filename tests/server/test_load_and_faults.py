@@ -186,3 +186,21 @@ def test_a_failing_store_does_not_take_the_server_down(trace_dir: Path) -> None:
         )
         again = client.responses.create(model="greeting", input="hi", background=True)
         assert again.status == "in_progress"
+
+
+def test_a_non_streaming_client_that_leaves_aborts_its_generation(trace_dir: Path) -> None:
+    """Regression: a foreground non-streaming request kept generating after its client left."""
+    from streamfold.adapters.registry import ReplayEngine
+
+    from .helpers import ScriptedEngine
+
+    engine = ScriptedEngine(ReplayEngine(trace_dir), delays={"slow": 0.2})  # ~30 s to finish
+    app = create_app(engine.engine(), store=MemoryEventStore())
+    with serve(app) as url:
+        client = OpenAI(base_url=f"{url}/v1", api_key="x", max_retries=0)
+        client.responses.create(model="greeting", input="warm up")  # loads the vocabulary
+        with pytest.raises(httpx.ReadTimeout):
+            httpx.post(f"{url}/v1/responses", json={"model": "slow", "input": "x"}, timeout=1.0)
+        wait_for(lambda: engine.started == 2, timeout=5.0)
+        # Far sooner than the ~30 s the answer takes: the engine was aborted, not finished.
+        wait_for(lambda: engine.open == 0, timeout=5.0)
