@@ -63,6 +63,48 @@ def error_chunk(engine: str, request_id: str, exc: BaseException) -> TokenChunk:
     return TokenChunk(finish_reason="error", error=message)
 
 
+async def stream_chunks(
+    engine: str,
+    request_id: str,
+    open_outputs: Callable[[], Awaitable[AsyncIterator[Any]]],
+    read: Callable[[Any], TokenChunk | None],
+    abort: Callable[[], object],
+    unfinished: str,
+) -> AsyncIterator[TokenChunk]:
+    """The stream loop both adapters share: engine outputs in, token chunks out.
+
+    `read` turns one engine output into the chunk of tokens not yet passed on (None: nothing
+    new). The engine's stream may go on after its finished output; that rest is skipped. An
+    engine failure becomes one final error chunk (after the finish it can only be logged), a
+    stream that stops without a finish is such a failure (`unfinished` says so), and an
+    unfinished request is aborted in the engine before its stream is closed (see `release`).
+    """
+    outputs: AsyncIterator[Any] | None = None
+    ended = False
+    try:
+        try:
+            outputs = await open_outputs()
+            async for output in outputs:
+                if ended:
+                    continue
+                chunk = read(output)
+                if chunk is None:
+                    continue
+                ended = chunk.finish_reason is not None
+                yield chunk
+            if not ended:
+                raise EngineOutputError(unfinished)
+        except Exception as exc:
+            if ended:
+                # The finish already went out; a failure after it has nowhere in-band to go.
+                logger.exception("%s failed after finishing request %s", engine, request_id)
+                return
+            ended = True
+            yield error_chunk(engine, request_id, exc)
+    finally:
+        await release(engine, request_id, outputs, None if ended else abort)
+
+
 async def release(
     engine: str,
     request_id: str,

@@ -45,9 +45,7 @@ from streamfold.engines import GenerationRequest, TokenChunk
 from ._engine_stream import (
     EngineNotInstalledError,
     EngineOutputError,
-    error_chunk,
-    logger,
-    release,
+    stream_chunks,
 )
 
 __all__ = ["SGLangTokenSource", "build_sglang_engine", "sglang_rid"]
@@ -104,48 +102,34 @@ class SGLangTokenSource:
             params["sampling_seed"] = sampling.seed
         return params
 
-    async def generate(self, request: GenerationRequest) -> AsyncIterator[TokenChunk]:
+    def generate(self, request: GenerationRequest) -> AsyncIterator[TokenChunk]:
         """Stream `request` from the engine as token chunks; the last one has `finish_reason`."""
         rid = sglang_rid(request.request_id)
         wants_logprobs = request.sampling.logprobs or request.sampling.top_logprobs > 0
         reader = _OutputReader(logprobs=wants_logprobs, top_logprobs=request.sampling.top_logprobs)
-        outputs: AsyncIterator[dict[str, Any]] | None = None
-        ended = False
-        try:
-            try:
-                kwargs: dict[str, Any] = {
-                    "input_ids": list(request.prompt_token_ids),
-                    "sampling_params": self.sampling_params(request),
-                    "stream": True,
-                    "rid": rid,
-                    "return_logprob": wants_logprobs,
-                }
-                if request.sampling.top_logprobs > 0:
-                    kwargs["top_logprobs_num"] = request.sampling.top_logprobs
-                outputs = await self._engine.async_generate(**kwargs)
-                async for output in outputs:
-                    if ended:
-                        continue  # SGLang ends its generator after the finished dict
-                    chunk = reader.chunk(output)
-                    if chunk is None:
-                        continue
-                    ended = chunk.finish_reason is not None
-                    yield chunk
-                if not ended:
-                    raise EngineOutputError("SGLang's stream ended without a finish_reason")
-            except Exception as exc:
-                if ended:
-                    logger.exception("SGLang failed after finishing request %s", rid)
-                    return
-                ended = True
-                yield error_chunk(_ENGINE, request.request_id, exc)
-        finally:
-            await release(
-                _ENGINE,
-                request.request_id,
-                outputs,
-                None if ended else lambda: self._engine.tokenizer_manager.abort_request(rid=rid),
-            )
+
+        async def open_outputs() -> AsyncIterator[dict[str, Any]]:
+            # Built here, inside the shared loop's error handling, as the engine call is.
+            kwargs: dict[str, Any] = {
+                "input_ids": list(request.prompt_token_ids),
+                "sampling_params": self.sampling_params(request),
+                "stream": True,
+                "rid": rid,
+                "return_logprob": wants_logprobs,
+            }
+            if request.sampling.top_logprobs > 0:
+                kwargs["top_logprobs_num"] = request.sampling.top_logprobs
+            return await self._engine.async_generate(**kwargs)  # type: ignore[no-any-return]
+
+        # Returned, not iterated here: closing it closes the engine stream at once.
+        return stream_chunks(
+            _ENGINE,
+            request.request_id,
+            open_outputs,
+            reader.chunk,
+            lambda: self._engine.tokenizer_manager.abort_request(rid=rid),
+            "SGLang's stream ended without a finish_reason",
+        )
 
 
 @attrs.define

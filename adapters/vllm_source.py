@@ -36,9 +36,7 @@ from streamfold.engines import GenerationRequest, TokenChunk
 from ._engine_stream import (
     EngineNotInstalledError,
     EngineOutputError,
-    error_chunk,
-    logger,
-    release,
+    stream_chunks,
 )
 
 __all__ = [
@@ -145,48 +143,28 @@ class VLLMTokenSource:
             detokenize=self._detokenize,
         )
 
-    async def generate(self, request: GenerationRequest) -> AsyncIterator[TokenChunk]:
+    def generate(self, request: GenerationRequest) -> AsyncIterator[TokenChunk]:
         """Stream `request` from the engine as token chunks; the last one has `finish_reason`."""
         reader = _OutputReader(
             cumulative=self._output_kind == "cumulative",
             logprobs=_wants_logprobs(request),
             top_logprobs=request.sampling.top_logprobs,
         )
-        outputs: AsyncIterator[Any] | None = None
-        ended = False
-        try:
-            try:
-                # `TokensPrompt` is a TypedDict: at runtime it is exactly this dict.
-                prompt = {"prompt_token_ids": list(request.prompt_token_ids)}
-                outputs = self._engine.generate(
-                    prompt, self.sampling_params(request), request.request_id
-                )
-                async for output in outputs:
-                    if ended:
-                        continue  # vLLM ends its generator after the finished output
-                    chunk = reader.chunk(output)
-                    if chunk is None:
-                        continue
-                    ended = chunk.finish_reason is not None
-                    yield chunk
-                if not ended:
-                    raise EngineOutputError(
-                        "vLLM's output stream ended without a finished RequestOutput"
-                    )
-            except Exception as exc:
-                if ended:
-                    # The finish already went out; a failure after it has nowhere in-band to go.
-                    logger.exception("vLLM failed after finishing request %s", request.request_id)
-                    return
-                ended = True
-                yield error_chunk(_ENGINE, request.request_id, exc)
-        finally:
-            await release(
-                _ENGINE,
-                request.request_id,
-                outputs,
-                None if ended else lambda: self._engine.abort(request.request_id),
-            )
+
+        async def open_outputs() -> AsyncIterator[Any]:
+            # `TokensPrompt` is a TypedDict: at runtime it is exactly this dict.
+            prompt = {"prompt_token_ids": list(request.prompt_token_ids)}
+            return self._engine.generate(prompt, self.sampling_params(request), request.request_id)
+
+        # Returned, not iterated here: closing it closes the engine stream at once.
+        return stream_chunks(
+            _ENGINE,
+            request.request_id,
+            open_outputs,
+            reader.chunk,
+            lambda: self._engine.abort(request.request_id),
+            "vLLM's output stream ended without a finished RequestOutput",
+        )
 
 
 def _wants_logprobs(request: GenerationRequest) -> bool:
