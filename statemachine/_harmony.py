@@ -18,14 +18,13 @@ and an unknown channel a message, so its text is shown rather than lost (bug 45)
 
 from __future__ import annotations
 
-import codecs
 from typing import Any, Literal
 
 import attrs
 
 from ._fast import updater
 from ._header import Header, parse_header
-from ._items import FAST_DELTAS, ItemKind, OpenItem, Out, append_bytes, append_text
+from ._items import ItemKind, Out, append_bytes, append_text, grow
 from ._reducer import ResponseState, close_open, open_next, replace_state
 from ._text import Rope, rope_items
 from ._vocab import Vocabulary
@@ -49,9 +48,7 @@ class HarmonyParse:
 _EXPECT_START = HarmonyParse(phase="expect_start")
 # The content phase is always this one value, so the hot path can test it by identity.
 _CONTENT = HarmonyParse(phase="content")
-_decode = codecs.utf_8_decode
-# Positional copies for the hot path (see `_fast.updater`).
-_item_grown = updater(OpenItem, "text", "pending")
+# A positional copy for the hot path (see `_fast.updater`).
 _state_after_text = updater(ResponseState, "open", "seq", "output_tokens", "reasoning_tokens")
 
 
@@ -97,21 +94,9 @@ class HarmonyGrammar:
             and item is not None
             and token not in self.special_ids
         ):
-            # The hot path, inlined: one token of text gives at most one delta event, one new
-            # item and one new state. Everything else takes the general path below.
-            data = self.token_bytes[token]
-            if item.pending:
-                data = item.pending + data
-            text, used = _decode(data, "replace", False)
-            pending = data[used:] if used < len(data) else b""
-            if text:
-                make = FAST_DELTAS[item.kind]
-                if make is not None:
-                    out.events.append(make(out.seq, item.item_id, item.output_index, text))
-                    out.seq += 1
-                item = _item_grown(item, (item.text, text), pending)
-            else:
-                item = _item_grown(item, item.text, pending)
+            # The hot path: one token of text gives at most one delta event, one new item
+            # and one new state. Everything else takes the general path below.
+            item = grow(out, item, self.token_bytes[token])
             return _state_after_text(
                 state,
                 item,

@@ -25,11 +25,20 @@ from typing import Any, Literal, NamedTuple
 
 from . import _events as ev
 from . import _model as m
-from ._fast import builder, replacer
+from ._fast import builder, replacer, updater
 from ._text import Rope, flush_utf8, rope_items, rope_text
 from ._vocab import Vocabulary
 
-__all__ = ["ItemKind", "OpenItem", "Out", "append_bytes", "close_item", "open_item"]
+__all__ = [
+    "DELTAS",
+    "ItemKind",
+    "OpenItem",
+    "Out",
+    "append_bytes",
+    "close_item",
+    "grow",
+    "open_item",
+]
 
 ItemStatus = Literal["in_progress", "completed", "incomplete"]
 ItemKind = Literal[
@@ -167,38 +176,11 @@ def _text_logprob(vocab: Vocabulary, entry: tuple[int, float, Any]) -> m.TextLog
     )
 
 
-# Per kind: the delta event for one piece of text, built without `__init__`'s keyword
-# handling because it runs for nearly every token (see `_fast.builder`).
-_text_delta = builder(
-    ev.ResponseTextDeltaEvent,
-    "sequence_number",
-    "item_id",
-    "output_index",
-    "content_index",
-    "delta",
-    "logprobs",
-)
-_reasoning_delta = builder(
-    ev.ResponseReasoningTextDeltaEvent,
-    "sequence_number",
-    "item_id",
-    "output_index",
-    "content_index",
-    "delta",
-)
-_plain_deltas = {
-    kind: builder(cls, "sequence_number", "item_id", "output_index", "delta")
-    for kind, cls in (
-        ("function_call", ev.ResponseFunctionCallArgumentsDeltaEvent),
-        ("code_interpreter_call", ev.ResponseCodeInterpreterCallCodeDeltaEvent),
-        ("mcp_call", ev.ResponseMcpCallArgumentsDeltaEvent),
-    )
-}
-
-
-# The same, for text without logprobs: one call `(seq, item_id, output_index, delta)`.
+# Per kind: the delta event for one piece of text, `(seq, item_id, output_index, delta)`,
+# built without `__init__`'s keyword handling because it runs for nearly every token (see
+# `_fast.builder`). web_search_call has no delta event: its arguments become the action on close.
 _WHERE = ("sequence_number", "item_id", "output_index", "delta")
-FAST_DELTAS: dict[str, Any] = {
+DELTAS: dict[str, Any] = {
     "message": builder(ev.ResponseTextDeltaEvent, *_WHERE, content_index=0),
     "reasoning": builder(ev.ResponseReasoningTextDeltaEvent, *_WHERE, content_index=0),
     "function_call": builder(ev.ResponseFunctionCallArgumentsDeltaEvent, *_WHERE),
@@ -206,30 +188,39 @@ FAST_DELTAS: dict[str, Any] = {
     "mcp_call": builder(ev.ResponseMcpCallArgumentsDeltaEvent, *_WHERE),
     "web_search_call": None,
 }
-
-
-def _plain_delta(build: Any) -> Any:
-    return lambda seq, item, text, _: build(seq, item.item_id, item.output_index, text)
-
-
-_DELTAS: dict[str, Any] = {
-    "message": lambda seq, item, text, logprobs: _text_delta(
-        seq, item.item_id, item.output_index, 0, text, logprobs
-    ),
-    "reasoning": lambda seq, item, text, _: _reasoning_delta(
-        seq, item.item_id, item.output_index, 0, text
-    ),
-    **{kind: _plain_delta(build) for kind, build in _plain_deltas.items()},
-    # web_search_call has no delta event: its arguments become the action on close.
-    "web_search_call": None,
-}
+_text_delta_with_logprobs = builder(ev.ResponseTextDeltaEvent, *_WHERE, "logprobs", content_index=0)
+_item_grown = updater(OpenItem, "text", "pending")
 
 
 def _delta(out: Out, item: OpenItem, text: str, logprobs: tuple[m.TextLogprob, ...]) -> None:
-    make = _DELTAS[item.kind]
+    if logprobs:
+        event = _text_delta_with_logprobs(out.seq, item.item_id, item.output_index, text, logprobs)
+    else:
+        make = DELTAS[item.kind]
+        if make is None:
+            return
+        event = make(out.seq, item.item_id, item.output_index, text)
+    out.events.append(event)
+    out.seq += 1
+
+
+def grow(out: Out, item: OpenItem, data: bytes) -> OpenItem:
+    """Feed one token's bytes, without logprobs, to an open item: the reducer's hot path.
+
+    Emits a delta once whole characters exist; one new item and at most one event per token.
+    """
+    pending = item.pending
+    if pending:
+        data = pending + data
+    text, used = _decode(data, "replace", False)
+    pending = data[used:] if used < len(data) else b""
+    if not text:
+        return _item_grown(item, item.text, pending)
+    make = DELTAS[item.kind]
     if make is not None:
-        out.events.append(make(out.seq, item, text, logprobs))
+        out.events.append(make(out.seq, item.item_id, item.output_index, text))
         out.seq += 1
+    return _item_grown(item, (item.text, text), pending)
 
 
 def _unsent_logprobs(vocab: Vocabulary, item: OpenItem) -> tuple[m.TextLogprob, ...]:
@@ -252,17 +243,13 @@ def append_bytes(
     top_logprobs: Any = None,
 ) -> OpenItem:
     """Feed one token's bytes to an open item; emits a delta once whole characters exist."""
+    if logprob is None or token is None or item.kind != "message":
+        return grow(out, item, data)
     pending = item.pending
     if pending:
         data = pending + data
     text, used = _decode(data, "replace", False)
     pending = data[used:] if used < len(data) else b""
-    if logprob is None or token is None or item.kind != "message":
-        # The common case, kept to one new item and one event per token.
-        if text:
-            _delta(out, item, text, ())
-            return replace_item(item, text=(item.text, text), pending=pending)
-        return replace_item(item, pending=pending)
     tokens, unsent = (item.tokens, (token, logprob, top_logprobs)), item.unsent + 1
     if not text:
         return replace_item(item, pending=pending, tokens=tokens, unsent=unsent)
