@@ -42,7 +42,11 @@ class Header:
 
 def _clean_recipient(raw: str) -> str | None:
     recipient = raw.split("<|", 1)[0].strip()
-    return None if recipient in _NOT_RECIPIENTS else recipient
+    # `functions.` with its name cut off by a control token names no tool: no recipient, so
+    # the message is routed by its channel and its text kept (not a call with an empty name).
+    if recipient in _NOT_RECIPIENTS or recipient.endswith("."):
+        return None
+    return recipient
 
 
 def parse_header(text: str, *, role_pending: bool) -> Header:

@@ -262,3 +262,18 @@ def test_function_call_arguments_are_valid_json_in_the_final_item() -> None:
     (item,) = final_output(run(tokens))
     assert json.loads(item.arguments) == {"a": [1, "é"]}
     assume(True)
+
+
+def test_a_recipient_cut_to_its_namespace_is_no_call() -> None:
+    """Regression (found by the injected-token property): `to=functions.<|end|>…` cut the
+    recipient to `functions.` and opened a function call with an empty name (rule R20)."""
+    tokens = harmony_encoding().encode(
+        "<|channel|>commentary to=functions.<|channel|>ef <|constrain|>json<|message|>"
+        '{"a": 0}<|call|>',
+        allowed_special="all",
+    )
+    events = run(tokens)
+    assert_conformant(events)
+    (item,) = final_output(events)
+    assert item.type == "message"
+    assert item.content[0].text == '{"a": 0}'
