@@ -108,9 +108,8 @@ def run_record(args: argparse.Namespace) -> int:
 
     try:
         prompt = _prompt_ids(args)
-        from streamfold.vocab import harmony_encoding
+        from streamfold.adapters.prompt import stop_token_ids
 
-        stops = (*harmony_encoding().stop_tokens_for_assistant_actions(), 199999)
         request = GenerationRequest(
             request_id=f"rec-{uuid.uuid4().hex[:12]}",
             prompt_token_ids=prompt,
@@ -123,7 +122,8 @@ def run_record(args: argparse.Namespace) -> int:
                 seed=args.seed,
                 logprobs=args.logprobs,
             ),
-            stop_token_ids=stops,
+            # The server's own stop set, so a recording is the request `serve` would make.
+            stop_token_ids=stop_token_ids(),
         )
         header = {
             "trace": 1,
