@@ -3,13 +3,14 @@
 Nothing here does I/O, reads a clock, draws random numbers, or imports torch or anyio.
 """
 
+from ._accel import step
 from ._errors import ReducerUsageError, StreamfoldError, VocabularyError, WireFormatError
 from ._events import *  # noqa: F403
 from ._events import __all__ as _events_all
 from ._harmony import HarmonyGrammar
 from ._model import *  # noqa: F403
 from ._model import __all__ as _model_all
-from ._reducer import FinishReason, ResponseState, finish, start, step
+from ._reducer import FinishReason, ResponseState, finish, start
 from ._snapshot import snapshot
 from ._sse import SSEFramingError, SSEMessage, SSEParser, parse_sse, sse_frame
 from ._thinktags import ThinkTagGrammar

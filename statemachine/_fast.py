@@ -77,6 +77,17 @@ def builder(cls: type[T], *names: str, **constants: Any) -> Callable[..., T]:
     exec(source, namespace)  # the generated code only sets named slots
     build: Callable[..., T] = namespace["build"]
     build.__qualname__ = f"{cls.__name__}.build"
+    # The same plan as data, for the compiled hot path (`_speedups.c`, `build_delta`): the
+    # class, the descriptors of the named slots in order, and (descriptor, value) for the rest.
+    build.plan = (  # type: ignore[attr-defined]
+        cls,
+        tuple(cls.__dict__[name] for name in names),
+        tuple(
+            (cls.__dict__[f.name], constants.get(f.name, f.default))
+            for f in fields
+            if f.name not in names
+        ),
+    )
     return build
 
 

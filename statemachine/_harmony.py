@@ -47,7 +47,7 @@ class HarmonyParse:
 
 _EXPECT_START = HarmonyParse(phase="expect_start")
 # The content phase is always this one value, so the hot path can test it by identity.
-_CONTENT = HarmonyParse(phase="content")
+CONTENT_PHASE = HarmonyParse(phase="content")
 # A positional copy for the hot path (see `_fast.updater`).
 _state_after_text = updater(ResponseState, "open", "seq", "output_tokens", "reasoning_tokens")
 
@@ -62,9 +62,9 @@ class HarmonyGrammar:
     message_id: int = attrs.field(init=False)
     channel_id: int = attrs.field(init=False)
     stops: frozenset[int] = attrs.field(init=False)
-    # The vocabulary's tables, one attribute lookup away on the hot path.
-    token_bytes: tuple[bytes, ...] = attrs.field(init=False, repr=False)
-    special_ids: frozenset[int] = attrs.field(init=False, repr=False)
+    # The vocabulary's table, one attribute lookup away on the hot path (the compiled one in
+    # `_speedups.c` reads it by this name too).
+    text_bytes: tuple[bytes | None, ...] = attrs.field(init=False, repr=False)
 
     def __attrs_post_init__(self) -> None:
         v = self.vocabulary
@@ -75,8 +75,7 @@ class HarmonyGrammar:
         if "<|endoftext|>" in v.special:
             stops.add(v.special["<|endoftext|>"])
         object.__setattr__(self, "stops", frozenset(stops))
-        object.__setattr__(self, "token_bytes", v.token_bytes)
-        object.__setattr__(self, "special_ids", v.special_ids)
+        object.__setattr__(self, "text_bytes", v.text_bytes)
 
     def initial(self) -> HarmonyParse:
         return HarmonyParse()
@@ -88,15 +87,12 @@ class HarmonyGrammar:
     ) -> ResponseState:
         parse: HarmonyParse = state.parse
         item = state.open
-        if (
-            parse is _CONTENT
-            and logprob is None
-            and item is not None
-            and token not in self.special_ids
-        ):
+        data = self.text_bytes[token]
+        if parse is CONTENT_PHASE and logprob is None and item is not None and data is not None:
             # The hot path: one token of text gives at most one delta event, one new item
-            # and one new state. Everything else takes the general path below.
-            item = grow(out, item, self.token_bytes[token])
+            # and one new state. Everything else takes the general path below. `_speedups.c`
+            # is this path compiled; keep the two the same (tests/statemachine/test_speedups.py).
+            item = grow(out, item, data)
             return _state_after_text(
                 state,
                 item,
@@ -171,7 +167,7 @@ class HarmonyGrammar:
             if not header.is_header:
                 return self._header_was_text(state, out)
             state = self._open(state, out, header)
-            return replace_state(state, parse=_CONTENT)
+            return replace_state(state, parse=CONTENT_PHASE)
         if token in self.stops:
             state = self._flush_header(state, out, complete=True, stopped=True)
             return replace_state(state, parse=_EXPECT_START)
@@ -263,7 +259,7 @@ class HarmonyGrammar:
                 text = stripped[len(role) :]
         state = self._open(state, out, Header())
         item = append_text(out, state.open, text)  # type: ignore[arg-type]
-        return replace_state(state, open=item, parse=_CONTENT)
+        return replace_state(state, open=item, parse=CONTENT_PHASE)
 
     def flush(self, state: ResponseState, out: Out, complete: bool) -> ResponseState:
         parse: HarmonyParse = state.parse

@@ -25,10 +25,21 @@ class Vocabulary:
     token_bytes: tuple[bytes, ...] = attrs.field(repr=lambda v: f"<{len(v)} tokens>")
     special: dict[str, int] = attrs.field(factory=dict, repr=False)
     special_ids: frozenset[int] = attrs.field(init=False, repr=False)
+    #: `token_bytes` with `None` for special tokens: the reducer's hot path tells text from
+    #: control tokens and finds the bytes in one lookup.
+    text_bytes: tuple[bytes | None, ...] = attrs.field(init=False, repr=False)
 
     @special_ids.default
     def _special_ids(self) -> frozenset[int]:
         return frozenset(self.special.values())
+
+    @text_bytes.default
+    def _text_bytes(self) -> tuple[bytes | None, ...]:
+        table: list[bytes | None] = list(self.token_bytes)
+        for token in self.special_ids:
+            if 0 <= token < len(table):
+                table[token] = None
+        return tuple(table)
 
     def __len__(self) -> int:
         return len(self.token_bytes)

@@ -151,15 +151,19 @@ def from_wire(data: Mapping[str, Any]) -> Event:
 _escape = json.encoder.encode_basestring  # what json.dumps uses when ensure_ascii=False
 
 
-def _fast_encoder(cls: type) -> Any:
-    """A direct JSON writer for events made only of str and int fields (deltas, progress).
+def _fast_writers(cls: type) -> tuple[Any, Any] | None:
+    """Direct writers for events made only of str and int fields (deltas, progress): the JSON
+    text, and the whole SSE frame as bytes.
 
     These are most of a stream's events; writing them without the generic unstructure step
-    is about 5x faster. A test holds every one equal to the generic path, byte for byte.
+    is about 5x faster, and writing the frame in the same `%` saves another call per event.
+    A test holds every one equal to the generic path, byte for byte.
     """
     template, args = [], []
+    event_type = None
     for field in attrs.fields(cls):
         if field.name == "type":
+            event_type = field.default
             template.append(f'"type":{json.dumps(field.default)}')
         elif field.type in ("int", int):
             template.append(f'"{field.name}":%d')
@@ -172,17 +176,23 @@ def _fast_encoder(cls: type) -> Any:
         else:
             return None
     text = "{" + ",".join(template) + "}"
-    source = f"def encode(e):\n    return {text!r} % ({', '.join(args)},)\n"
+    frame = f"event: {event_type}\ndata: {text}\n\n"
+    values = ", ".join(args)
+    source = (
+        f"def encode(e):\n    return {text!r} % ({values},)\n"
+        f"def frame(e):\n    return ({frame!r} % ({values},)).encode()\n"
+    )
     namespace: dict[str, Any] = {"_escape": _escape}
-    exec(source, namespace)  # the template only reads the event's own fields
-    return namespace["encode"]
+    exec(source, namespace)  # the templates only read the event's own fields
+    return namespace["encode"], namespace["frame"]
 
 
 _FAST: dict[type, Any] = {}
+_FAST_SSE: dict[type, Any] = {}
 for _cls in Event.__args__:
-    _encode = _fast_encoder(_cls)
-    if _encode is not None:
-        _FAST[_cls] = _encode
+    _writers = _fast_writers(_cls)
+    if _writers is not None:
+        _FAST[_cls], _FAST_SSE[_cls] = _writers
 
 
 def dumps(value: Any) -> str:
@@ -199,6 +209,9 @@ def sse_event(event: Event) -> bytes:
 
     `dumps` never writes a raw line break (JSON escapes them), so the frame needs no checks.
     """
+    frame = _FAST_SSE.get(type(event))
+    if frame is not None and not getattr(event, "logprobs", None):
+        return frame(event)  # type: ignore[no-any-return]
     return f"event: {event.type}\ndata: {dumps(event)}\n\n".encode()
 
 

@@ -1,0 +1,17 @@
+"""Only the optional C extension; everything else is in pyproject.toml.
+
+`optional=True`: where no C compiler exists the build skips the extension and the package runs
+its pure-Python path (statemachine/_accel.py), the same events, slower.
+"""
+
+from setuptools import Extension, setup
+
+setup(
+    ext_modules=[
+        Extension(
+            "streamfold.statemachine._speedups",
+            sources=["statemachine/_speedups.c"],
+            optional=True,
+        )
+    ]
+)

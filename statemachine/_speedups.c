@@ -1,0 +1,353 @@
+/* The reducer's hot path, compiled: one token of text inside an open harmony item.
+ *
+ * Why this exists: `step` runs once per generated token. In Python its hot path (see
+ * `HarmonyGrammar.feed` and `_items.grow`) costs 4-6 us per token, nearly all interpreter
+ * overhead over about fifteen small operations; here the same work costs well under 1 us
+ * (benchmarks/bench_reducer.py measures both).
+ *
+ * What it does is exactly that Python hot path, nothing more: decode the token's bytes after
+ * any pending partial character, make at most one delta event, and return a new OpenItem and a
+ * new ResponseState (both NamedTuples, copied, never changed in place). Every other case, a
+ * control token, logprobs, misuse such as a finished state or a token outside the vocabulary,
+ * is handed to the Python `step` unchanged, which stays the reference: it raises the typed
+ * errors and walks the grammar. tests/statemachine/test_speedups.py holds the two equal, event
+ * for event and state for state, on generated traces.
+ *
+ * Everything the C side needs to know about the Python values (field positions, the content
+ * phase marker, the delta event classes and their slots) is handed to `configure` by
+ * statemachine/_accel.py, so nothing here restates the Python definitions.
+ */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <string.h>
+
+/* Set once by configure(); owned references, kept for the life of the process. */
+static PyObject *python_step = NULL;  /* the reference implementation: the general path */
+static PyTypeObject *state_type = NULL;  /* ResponseState */
+static PyTypeObject *item_type = NULL;   /* OpenItem */
+static PyObject *content_phase = NULL;   /* HarmonyGrammar's content-phase marker */
+static PyObject *reasoning_kind = NULL;  /* "reasoning": its tokens count as reasoning */
+static PyObject *delta_specs = NULL;     /* kind -> (cls, 4 slot descriptors, ((descr, value), ...)) | None */
+static PyObject *text_bytes_name = NULL; /* "text_bytes", the grammar's table */
+static PyObject *logprob_name = NULL;
+static PyObject *top_logprobs_name = NULL;
+static PyObject *empty_bytes = NULL;
+
+/* Field positions in ResponseState (S_) and OpenItem (I_), and their lengths. */
+static Py_ssize_t S_GRAMMAR, S_SEQ, S_OPEN, S_PARSE, S_OUTPUT_TOKENS, S_REASONING_TOKENS,
+    S_FINISHED, S_LEN;
+static Py_ssize_t I_KIND, I_ITEM_ID, I_OUTPUT_INDEX, I_TEXT, I_PENDING, I_LEN;
+
+/* A copy of a NamedTuple value of `type` (a tuple subclass without slots). */
+static PyObject *
+copy_tuple(PyTypeObject *type, PyObject *src, Py_ssize_t n)
+{
+    PyObject *dst = type->tp_alloc(type, n);
+    if (dst == NULL) {
+        return NULL;
+    }
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *value = PyTuple_GET_ITEM(src, i);
+        Py_INCREF(value);
+        PyTuple_SET_ITEM(dst, i, value);
+    }
+    return dst;
+}
+
+/* Replace field `i` of a tuple this file just made; steals `value`. */
+static void
+set_field(PyObject *tuple, Py_ssize_t i, PyObject *value)
+{
+    PyObject *old = PyTuple_GET_ITEM(tuple, i);
+    PyTuple_SET_ITEM(tuple, i, value);
+    Py_XDECREF(old);
+}
+
+/* One delta event, as `_fast.builder` makes it: a new instance with every slot set through its
+ * own descriptor, skipping the frozen class's keyword `__init__`. */
+static PyObject *
+build_delta(PyObject *spec, PyObject *seq, PyObject *item_id, PyObject *output_index,
+            PyObject *text)
+{
+    PyTypeObject *cls = (PyTypeObject *)PyTuple_GET_ITEM(spec, 0);
+    PyObject *slots = PyTuple_GET_ITEM(spec, 1);
+    PyObject *constants = PyTuple_GET_ITEM(spec, 2);
+    PyObject *values[4] = {seq, item_id, output_index, text};
+    PyObject *event = cls->tp_alloc(cls, 0);
+    if (event == NULL) {
+        return NULL;
+    }
+    for (Py_ssize_t i = 0; i < 4; i++) {
+        PyObject *descr = PyTuple_GET_ITEM(slots, i);
+        if (Py_TYPE(descr)->tp_descr_set(descr, event, values[i]) < 0) {
+            Py_DECREF(event);
+            return NULL;
+        }
+    }
+    for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(constants); i++) {
+        PyObject *pair = PyTuple_GET_ITEM(constants, i);
+        PyObject *descr = PyTuple_GET_ITEM(pair, 0);
+        if (Py_TYPE(descr)->tp_descr_set(descr, event, PyTuple_GET_ITEM(pair, 1)) < 0) {
+            Py_DECREF(event);
+            return NULL;
+        }
+    }
+    return event;
+}
+
+static PyObject *
+plus(PyObject *number, long n)
+{
+    if (n == 0) {
+        Py_INCREF(number);
+        return number;
+    }
+    Py_ssize_t value = PyLong_AsSsize_t(number);
+    if (value == -1 && PyErr_Occurred()) {
+        return NULL;
+    }
+    return PyLong_FromSsize_t(value + n);
+}
+
+/* The text-token step; returns NULL with no error set when the general path must run. */
+static PyObject *
+text_step(PyObject *state, PyObject *token)
+{
+    if (Py_TYPE(state) != state_type || !PyLong_CheckExact(token)) {
+        return NULL;
+    }
+    if (PyTuple_GET_ITEM(state, S_FINISHED) != Py_False
+        || PyTuple_GET_ITEM(state, S_PARSE) != content_phase) {
+        return NULL;
+    }
+    PyObject *item = PyTuple_GET_ITEM(state, S_OPEN);
+    if (Py_TYPE(item) != item_type) {
+        return NULL;
+    }
+    PyObject *table = PyObject_GetAttr(PyTuple_GET_ITEM(state, S_GRAMMAR), text_bytes_name);
+    if (table == NULL) {
+        PyErr_Clear();
+        return NULL;
+    }
+    PyObject *result = NULL, *joined = NULL, *text = NULL, *new_item = NULL;
+    PyObject *new_state = NULL, *events = NULL;
+    Py_ssize_t t = PyLong_AsSsize_t(token);
+    if (t == -1 && PyErr_Occurred()) {
+        PyErr_Clear();
+        goto general;
+    }
+    if (!PyTuple_CheckExact(table) || t < 0 || t >= PyTuple_GET_SIZE(table)) {
+        goto general;
+    }
+    PyObject *data = PyTuple_GET_ITEM(table, t);
+    PyObject *pending = PyTuple_GET_ITEM(item, I_PENDING);
+    if (!PyBytes_CheckExact(data) || !PyBytes_CheckExact(pending)) {
+        goto general;  /* a control token (None), or a value this path does not know */
+    }
+
+    /* Decode the pending partial character and this token, up to the last whole character:
+     * codecs.utf_8_decode(data, "replace", False), as `grow` does. */
+    const char *buf = PyBytes_AS_STRING(data);
+    Py_ssize_t size = PyBytes_GET_SIZE(data);
+    Py_ssize_t held = PyBytes_GET_SIZE(pending);
+    if (held > 0) {
+        joined = PyBytes_FromStringAndSize(NULL, held + size);
+        if (joined == NULL) {
+            goto error;
+        }
+        memcpy(PyBytes_AS_STRING(joined), PyBytes_AS_STRING(pending), held);
+        memcpy(PyBytes_AS_STRING(joined) + held, buf, size);
+        buf = PyBytes_AS_STRING(joined);
+        size += held;
+    }
+    Py_ssize_t used = 0;
+    text = PyUnicode_DecodeUTF8Stateful(buf, size, "replace", &used);
+    if (text == NULL) {
+        goto error;
+    }
+
+    new_item = copy_tuple(item_type, item, I_LEN);
+    if (new_item == NULL) {
+        goto error;
+    }
+    PyObject *still_pending = used < size ? PyBytes_FromStringAndSize(buf + used, size - used)
+                                          : (Py_INCREF(empty_bytes), empty_bytes);
+    if (still_pending == NULL) {
+        goto error;
+    }
+    set_field(new_item, I_PENDING, still_pending);
+
+    events = PyList_New(0);
+    if (events == NULL) {
+        goto error;
+    }
+    PyObject *kind = PyTuple_GET_ITEM(item, I_KIND);
+    PyObject *seq = PyTuple_GET_ITEM(state, S_SEQ);
+    long sent = 0;
+    if (PyUnicode_GET_LENGTH(text) > 0) {
+        PyObject *rope = PyTuple_Pack(2, PyTuple_GET_ITEM(item, I_TEXT), text);
+        if (rope == NULL) {
+            goto error;
+        }
+        set_field(new_item, I_TEXT, rope);
+        PyObject *spec = PyDict_GetItemWithError(delta_specs, kind);
+        if (spec == NULL) {
+            if (!PyErr_Occurred()) {
+                PyErr_Format(PyExc_RuntimeError, "no delta event for item kind %R", kind);
+            }
+            goto error;
+        }
+        if (spec != Py_None) {
+            PyObject *event = build_delta(spec, seq, PyTuple_GET_ITEM(item, I_ITEM_ID),
+                                          PyTuple_GET_ITEM(item, I_OUTPUT_INDEX), text);
+            if (event == NULL) {
+                goto error;
+            }
+            int failed = PyList_Append(events, event);
+            Py_DECREF(event);
+            if (failed) {
+                goto error;
+            }
+            sent = 1;
+        }
+    }
+    int reasoning = kind == reasoning_kind;
+    if (!reasoning && PyUnicode_Check(kind)) {
+        reasoning = PyUnicode_Compare(kind, reasoning_kind) == 0;
+    }
+
+    new_state = copy_tuple(state_type, state, S_LEN);
+    if (new_state == NULL) {
+        goto error;
+    }
+    PyObject *next_seq = plus(seq, sent);
+    PyObject *output_tokens = plus(PyTuple_GET_ITEM(state, S_OUTPUT_TOKENS), 1);
+    PyObject *reasoning_tokens = plus(PyTuple_GET_ITEM(state, S_REASONING_TOKENS), reasoning);
+    set_field(new_state, S_SEQ, next_seq);
+    set_field(new_state, S_OUTPUT_TOKENS, output_tokens);
+    set_field(new_state, S_REASONING_TOKENS, reasoning_tokens);
+    if (next_seq == NULL || output_tokens == NULL || reasoning_tokens == NULL) {
+        goto error;
+    }
+    Py_INCREF(new_item);
+    set_field(new_state, S_OPEN, new_item);
+    result = PyTuple_Pack(2, new_state, events);
+    if (result == NULL) {
+        goto error;
+    }
+    goto done;
+
+general:
+    /* nothing made yet: the caller runs the Python step */
+    Py_DECREF(table);
+    return NULL;
+
+error:
+    /* result stays NULL with the error set; the caller reports it */
+    if (!PyErr_Occurred()) {
+        PyErr_NoMemory();
+    }
+done:
+    Py_DECREF(table);
+    Py_XDECREF(joined);
+    Py_XDECREF(text);
+    Py_XDECREF(new_item);
+    Py_XDECREF(new_state);
+    Py_XDECREF(events);
+    return result;
+}
+
+static PyObject *
+step(PyObject *module, PyObject *const *args, Py_ssize_t nargsf, PyObject *kwnames)
+{
+    if (python_step == NULL) {
+        PyErr_SetString(PyExc_RuntimeError,
+                        "streamfold.statemachine._speedups.step used before configure()");
+        return NULL;
+    }
+    Py_ssize_t nargs = PyVectorcall_NARGS(nargsf);
+    Py_ssize_t nkw = kwnames == NULL ? 0 : PyTuple_GET_SIZE(kwnames);
+    /* Only step(state, token) with logprob and top_logprobs left out or None is a plain text
+     * step; anything else (a stray keyword too, so it raises as Python would) goes general. */
+    int plain = nargs >= 2 && nargs + nkw <= 4;
+    for (Py_ssize_t i = 2; plain && i < nargs + nkw; i++) {
+        plain = args[i] == Py_None;
+    }
+    for (Py_ssize_t i = 0; plain && i < nkw; i++) {
+        PyObject *name = PyTuple_GET_ITEM(kwnames, i);
+        plain = PyUnicode_Compare(name, logprob_name) == 0
+                || PyUnicode_Compare(name, top_logprobs_name) == 0;
+    }
+    if (PyErr_Occurred()) {
+        return NULL;
+    }
+    if (plain) {
+        PyObject *result = text_step(args[0], args[1]);
+        if (result != NULL || PyErr_Occurred()) {
+            return result;
+        }
+    }
+    return PyObject_Vectorcall(python_step, args, nargsf, kwnames);
+}
+
+static void
+take(PyObject **slot, PyObject *value)
+{
+    Py_XINCREF(value);
+    Py_XSETREF(*slot, value);
+}
+
+static PyObject *
+configure(PyObject *module, PyObject *args)
+{
+    PyObject *reference, *state_cls, *item_cls, *content, *kind, *specs;
+    if (!PyArg_ParseTuple(args, "OO!O!OUO!(nnnnnnnn)(nnnnnn):configure", &reference,
+                          &PyType_Type, &state_cls, &PyType_Type, &item_cls, &content, &kind,
+                          &PyDict_Type, &specs, &S_GRAMMAR, &S_SEQ, &S_OPEN, &S_PARSE,
+                          &S_OUTPUT_TOKENS, &S_REASONING_TOKENS, &S_FINISHED, &S_LEN, &I_KIND,
+                          &I_ITEM_ID, &I_OUTPUT_INDEX, &I_TEXT, &I_PENDING, &I_LEN)) {
+        return NULL;
+    }
+    if (!PyType_IsSubtype((PyTypeObject *)state_cls, &PyTuple_Type)
+        || !PyType_IsSubtype((PyTypeObject *)item_cls, &PyTuple_Type)) {
+        PyErr_SetString(PyExc_TypeError, "configure: the state and item types must be NamedTuples");
+        return NULL;
+    }
+    take(&python_step, reference);
+    take((PyObject **)&state_type, state_cls);
+    take((PyObject **)&item_type, item_cls);
+    take(&content_phase, content);
+    take(&reasoning_kind, kind);
+    take(&delta_specs, specs);
+    Py_RETURN_NONE;
+}
+
+static PyMethodDef methods[] = {
+    {"step", (PyCFunction)(void (*)(void))step, METH_FASTCALL | METH_KEYWORDS,
+     "step(state, token, logprob=None, top_logprobs=None)\n--\n\n"
+     "`streamfold.statemachine.step` with its text-token hot path compiled."},
+    {"configure", configure, METH_VARARGS,
+     "configure(python_step, ResponseState, OpenItem, content_phase, reasoning_kind, "
+     "delta_specs, state_positions, item_positions)\n--\n\n"
+     "Tell the compiled path the Python values it works on (statemachine/_accel.py)."},
+    {NULL, NULL, 0, NULL},
+};
+
+static struct PyModuleDef module_def = {
+    PyModuleDef_HEAD_INIT, "_speedups",
+    "The reducer's text-token hot path in C (see statemachine/_accel.py).", -1, methods,
+};
+
+PyMODINIT_FUNC
+PyInit__speedups(void)
+{
+    text_bytes_name = PyUnicode_InternFromString("text_bytes");
+    logprob_name = PyUnicode_InternFromString("logprob");
+    top_logprobs_name = PyUnicode_InternFromString("top_logprobs");
+    empty_bytes = PyBytes_FromStringAndSize(NULL, 0);
+    if (text_bytes_name == NULL || logprob_name == NULL || top_logprobs_name == NULL
+        || empty_bytes == NULL) {
+        return NULL;
+    }
+    return PyModule_Create(&module_def);
+}

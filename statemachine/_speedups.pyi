@@ -1,0 +1,18 @@
+# The compiled hot path of `step` (statemachine/_speedups.c); see statemachine/_accel.py.
+from collections.abc import Callable
+from typing import Any
+
+def step(
+    state: Any, token: int, logprob: float | None = None, top_logprobs: Any = None
+) -> tuple[Any, list[Any]]: ...
+def configure(
+    python_step: Callable[..., Any],
+    state_type: type,
+    item_type: type,
+    content_phase: object,
+    reasoning_kind: str,
+    delta_specs: dict[str, Any],
+    state_positions: tuple[int, ...],
+    item_positions: tuple[int, ...],
+    /,
+) -> None: ...

@@ -1,0 +1,188 @@
+"""The compiled hot path (`_speedups.c`) against the Python `step` it copies.
+
+Invariant: for any token sequence, with or without logprobs, the compiled `step` and the Python
+`step` return equal events (and byte-identical wire JSON) and equal states after every token.
+The compiled path must also leak nothing (reference counts of what it touches come back) and
+hand every misuse to Python, so the typed errors stay the same.
+"""
+
+from __future__ import annotations
+
+import gc
+import os
+import sys
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from streamfold.specs.strategies import HarmonyCompletion, harmony_completions
+from streamfold.statemachine import ReducerUsageError, _accel, _reducer, dumps, finish, start
+from streamfold.vocab import harmony_encoding
+from tests.harmony_helpers import GRAMMAR, new_response
+
+try:
+    from streamfold.statemachine import _speedups
+except ImportError:  # built without a C compiler: the pure-Python path is the whole package
+    _speedups = None  # type: ignore[assignment]
+
+compiled = pytest.mark.skipif(_speedups is None, reason="the C extension was not built")
+PROPERTY = settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+VOCAB_SIZE = len(GRAMMAR.vocabulary)
+Step = Callable[..., Any]
+BYTE_TOKENS = {
+    data[0]: token
+    for token, data in enumerate(GRAMMAR.vocabulary.token_bytes)
+    if len(data) == 1 and token not in GRAMMAR.vocabulary.special_ids
+}
+
+
+def test_ci_builds_the_extension() -> None:
+    """CI sets STREAMFOLD_EXPECT_SPEEDUPS: there a missing build is a failure, not a skip."""
+    if not os.environ.get("STREAMFOLD_EXPECT_SPEEDUPS"):
+        pytest.skip("only where the build is expected to compile (CI)")
+    assert _speedups is not None
+    assert _accel.ACCELERATED
+
+
+def fold(
+    step: Step, tokens: Sequence[int], logprobs: Sequence[float | None] | None = None
+) -> list[tuple[Any, list[Any]]]:
+    """Every (state, events) pair from start to finish."""
+    state, events = start(GRAMMAR, new_response("resp_speed"))
+    trail = [(state, events)]
+    for i, token in enumerate(tokens):
+        logprob = None if logprobs is None else logprobs[i]
+        state, events = step(state, token) if logprob is None else step(state, token, logprob)
+        trail.append((state, events))
+    trail.append(finish(state, "stop"))
+    return trail
+
+
+def assert_same_fold(
+    tokens: Sequence[int], logprobs: Sequence[float | None] | None = None
+) -> None:
+    expected = fold(_reducer.step, tokens, logprobs)
+    actual = fold(_speedups.step, tokens, logprobs)
+    assert len(actual) == len(expected)
+    for (state, events), (want_state, want_events) in zip(actual, expected, strict=True):
+        assert events == want_events
+        assert [dumps(e) for e in events] == [dumps(e) for e in want_events]
+        assert state == want_state
+
+
+@compiled
+@PROPERTY
+@given(completion=harmony_completions())
+def test_compiled_step_equals_python_step_on_generated_completions(
+    completion: HarmonyCompletion,
+) -> None:
+    assert_same_fold(completion.tokens)
+
+
+@compiled
+@PROPERTY
+@given(data=st.data(), completion=harmony_completions())
+def test_compiled_step_equals_python_step_when_some_tokens_carry_logprobs(
+    data: st.DataObject, completion: HarmonyCompletion
+) -> None:
+    # Logprobs send a token down the general path; mixing both paths in one stream must not
+    # change anything (the item's pending bytes and rope cross from one to the other).
+    logprobs = data.draw(
+        st.lists(
+            st.none() | st.floats(-20, 0),
+            min_size=len(completion.tokens),
+            max_size=len(completion.tokens),
+        )
+    )
+    assert_same_fold(completion.tokens, logprobs)
+
+
+@compiled
+@PROPERTY
+@given(
+    tokens=st.lists(
+        st.integers(0, VOCAB_SIZE - 1)
+        | st.sampled_from(sorted(GRAMMAR.vocabulary.special_ids)),
+        max_size=60,
+    )
+)
+def test_compiled_step_equals_python_step_on_random_tokens(tokens: list[int]) -> None:
+    assert_same_fold([GRAMMAR.vocabulary.id_of("<|channel|>"), *tokens])
+
+
+@compiled
+@PROPERTY
+@given(text=st.text(min_size=1, max_size=40), cut=st.integers(1, 3))
+def test_compiled_step_equals_python_step_on_characters_split_across_tokens(
+    text: str, cut: int
+) -> None:
+    # Byte-level tokens: every multi-byte character arrives in pieces (pending bytes held).
+    header = harmony_encoding().encode("<|channel|>final<|message|>", allowed_special="all")
+    byte_tokens = [BYTE_TOKENS[b] for b in text.encode()]
+    assert_same_fold([*header, *byte_tokens[:cut], *byte_tokens[cut:]])
+
+
+@compiled
+def test_compiled_step_accepts_the_keyword_forms_and_rejects_unknown_keywords() -> None:
+    header = harmony_encoding().encode("<|channel|>final<|message|>Hi", allowed_special="all")
+    state, _ = start(GRAMMAR, new_response())
+    for token in header[:-1]:
+        state, _ = _reducer.step(state, token)
+    want = _reducer.step(state, header[-1])
+    assert _speedups.step(state, header[-1], logprob=None) == want
+    assert _speedups.step(state, header[-1], None, None) == want
+    assert _speedups.step(state, header[-1], top_logprobs=None, logprob=None) == want
+    with pytest.raises(TypeError):
+        _speedups.step(state, header[-1], temperature=None)
+    with pytest.raises(TypeError):
+        _speedups.step(state)
+
+
+@compiled
+@pytest.mark.parametrize("token", [-1, VOCAB_SIZE, 2**70, True, 3.0])
+def test_compiled_step_raises_the_python_errors_for_bad_tokens(token: object) -> None:
+    header = harmony_encoding().encode("<|channel|>final<|message|>", allowed_special="all")
+    state, _ = start(GRAMMAR, new_response())
+    for t in header:
+        state, _ = _speedups.step(state, t)
+    with pytest.raises((ReducerUsageError, TypeError)) as compiled_error:
+        _speedups.step(state, token)
+    with pytest.raises((ReducerUsageError, TypeError)) as python_error:
+        _reducer.step(state, token)
+    assert type(compiled_error.value) is type(python_error.value)
+    assert str(compiled_error.value) == str(python_error.value)
+
+
+@compiled
+def test_compiled_step_after_finish_raises_the_usage_error() -> None:
+    header = harmony_encoding().encode("<|channel|>final<|message|>Hi", allowed_special="all")
+    state, _ = start(GRAMMAR, new_response())
+    for t in header[:-1]:
+        state, _ = _speedups.step(state, t)
+    done, _ = finish(state, "stop")
+    with pytest.raises(ReducerUsageError, match="after finish"):
+        _speedups.step(done, header[-1])
+
+
+@compiled
+def test_compiled_step_leaks_no_references() -> None:
+    """Reference counts of the values a text step reads come back after many steps."""
+    tokens = harmony_encoding().encode(
+        "<|channel|>analysis<|message|>" + "naïve café 🎉 " * 200, allowed_special="all"
+    )
+    state, _ = start(GRAMMAR, new_response())
+    for token in tokens[:4]:
+        state, _ = _speedups.step(state, token)
+    watched = [GRAMMAR.text_bytes, state.open, state.open.item_id, state.response, GRAMMAR]
+    gc.collect()
+    before = [sys.getrefcount(value) for value in watched]
+    for _round in range(3):  # not `_`: it holds the events that reference the item id
+        s = state
+        for token in tokens[4:]:
+            s, events = _speedups.step(s, token)
+        del s, events
+    gc.collect()
+    assert [sys.getrefcount(value) for value in watched] == before
