@@ -10,8 +10,9 @@
 Each measure is the best of `--repeat` rounds, the rounds interleaved (every contender once per
 round), timed in CPU time of this process (`time.process_time`): all contenders are
 single-threaded, and CPU time keeps other work on a small shared machine out of the numbers.
-streamfold is measured twice: `step` as installed (the compiled hot path of `_speedups.c`
-where it was built) and the pure-Python reference `step` (what STREAMFOLD_PURE_PYTHON=1 runs).
+streamfold is measured twice: `step` and `sse_event` as installed (the compiled hot paths of
+`_speedups.c` where it was built) and the pure-Python reference functions (what
+STREAMFOLD_PURE_PYTHON=1 runs).
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from __future__ import annotations
 import argparse
 import time
 from collections.abc import Callable
+from typing import Any
 
 from openai.types.responses import (
     ResponseContentPartAddedEvent,
@@ -36,8 +38,9 @@ from openai.types.responses import (
 from openai.types.responses.response_reasoning_item import Content
 from openai_harmony import Role, StreamableParser
 
-from streamfold.statemachine import HarmonyGrammar, Response, _accel, finish, sse_event, start
+from streamfold.statemachine import HarmonyGrammar, Response, _accel, finish, start
 from streamfold.statemachine._reducer import step as python_step
+from streamfold.statemachine._wire import sse_event as python_sse_event
 from streamfold.vocab import harmony_encoding, load_harmony_vocabulary
 
 PARAGRAPH = (
@@ -92,7 +95,9 @@ def streamfold_reduce(tokens: list[int], grammar: HarmonyGrammar, step: Step) ->
     return n + len(events)
 
 
-def streamfold_sse(tokens: list[int], grammar: HarmonyGrammar, step: Step) -> int:
+def streamfold_sse(
+    tokens: list[int], grammar: HarmonyGrammar, step: Step, sse_event: Callable[[Any], bytes]
+) -> int:
     size = 0
     state, events = start(
         grammar, Response(id="resp_bench", created_at=0, model="m", status="in_progress")
@@ -273,16 +278,20 @@ def main() -> int:
     grammar = HarmonyGrammar(vocabulary=load_harmony_vocabulary())
     tokens = completion(args.tokens)
     n = len(tokens)
-    steps: dict[str, Step] = {"python": python_step}
+    steps: dict[str, tuple[Step, Callable[[Any], bytes]]] = {
+        "python": (python_step, python_sse_event)
+    }
     if _accel.ACCELERATED:
-        steps["compiled"] = _accel.step
+        steps["compiled"] = (_accel.step, _accel.sse_event)
     contenders: dict[str, Callable[[], object]] = {
         "rust": lambda: harmony_parse_only(tokens),
         "vllm_sse": lambda: vllm_style_sse(tokens),
     }
-    for name, step in steps.items():
+    for name, (step, sse) in steps.items():
         contenders[f"{name}_step"] = lambda step=step: streamfold_reduce(tokens, grammar, step)
-        contenders[f"{name}_sse"] = lambda step=step: streamfold_sse(tokens, grammar, step)
+        contenders[f"{name}_sse"] = lambda step=step, sse=sse: streamfold_sse(
+            tokens, grammar, step, sse
+        )
     best = time_best(contenders, args.repeat)
     us = 1e6 / n
     rust, vllm_sse = best["rust"], best["vllm_sse"]

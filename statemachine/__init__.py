@@ -3,7 +3,7 @@
 Nothing here does I/O, reads a clock, draws random numbers, or imports torch or anyio.
 """
 
-from ._accel import step
+from ._accel import sse_event, step
 from ._errors import ReducerUsageError, StreamfoldError, VocabularyError, WireFormatError
 from ._events import *  # noqa: F403
 from ._events import __all__ as _events_all
@@ -15,7 +15,7 @@ from ._snapshot import snapshot
 from ._sse import SSEFramingError, SSEMessage, SSEParser, parse_sse, sse_frame
 from ._thinktags import ThinkTagGrammar
 from ._vocab import Vocabulary
-from ._wire import dumps, from_wire, loads, sse_event, structure, to_wire
+from ._wire import dumps, from_wire, loads, structure, to_wire
 
 __all__ = [
     "FinishReason",

@@ -1,8 +1,9 @@
-"""`step`, with its text-token hot path compiled where the C extension was built.
+"""`step` and `sse_event`, with their hot paths compiled where the C extension was built.
 
-`_speedups.c` is the harmony hot path of `_reducer.step` in C (one token of text inside an open
-item: decode, one delta event, one new item, one new state); every other call it hands to the
-Python `step`, which stays the reference. Both give equal events and states
+`_speedups.c` holds two of them: the harmony hot path of `_reducer.step` (one token of text
+inside an open item: decode, one delta event, one new item, one new state), and the SSE frame
+of a plain event (a delta or progress event, `_wire.plain_plan`). Every other call it hands to
+the Python function, which stays the reference. Both give equal events, states and bytes
 (tests/statemachine/test_speedups.py), so which one runs changes speed only.
 
 The extension is optional: a platform without a C compiler installs the pure-Python package,
@@ -12,15 +13,17 @@ extension exists (to debug, or to measure the difference).
 
 from __future__ import annotations
 
+import json
 import os
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from . import _harmony, _items
+from . import _harmony, _items, _wire
 from ._reducer import ResponseState
 from ._reducer import step as python_step
+from ._wire import sse_event as python_sse_event
 
-__all__ = ["ACCELERATED", "step"]
+__all__ = ["ACCELERATED", "sse_event", "step"]
 
 _STATE_FIELDS = (
     "grammar",
@@ -34,13 +37,36 @@ _STATE_FIELDS = (
 _ITEM_FIELDS = ("kind", "item_id", "output_index", "text", "pending")
 
 
-def _compiled_step() -> Callable[..., Any] | None:
+_FIELD_KINDS = {"type": 0, "int": 1, "str": 2, "empty": 3}
+
+
+def _frame_specs() -> dict[type, tuple[bytes, tuple[tuple[bytes, Any, int], ...]]]:
+    """Each plain event's frame as `_speedups.c` writes it: the head, then per field the
+    bytes before its value (separator and key, or the whole `"type":"..."`), its slot
+    descriptor and how to write the value."""
+    specs = {}
+    for cls in _wire.PLAIN_EVENTS:
+        plain = _wire.plain_plan(cls)
+        assert plain is not None
+        event_type, plan = plain
+        fields = []
+        for i, (name, kind) in enumerate(plan):
+            prefix = ("," if i else "") + f'"{name}":'
+            if kind == "type":
+                prefix += json.dumps(event_type)
+            fields.append((prefix.encode(), cls.__dict__[name], _FIELD_KINDS[kind]))
+        specs[cls] = (f"event: {event_type}\ndata: {{".encode(), tuple(fields))
+    return specs
+
+
+def _compiled() -> tuple[Callable[..., Any], Callable[..., Any]] | None:
     if os.environ.get("STREAMFOLD_PURE_PYTHON"):
         return None
     try:
         from . import _speedups
     except ImportError:
         return None
+    _speedups.configure_sse(python_sse_event, _frame_specs())
     specs = {kind: None if make is None else make.plan for kind, make in _items.DELTAS.items()}
     state_fields = ResponseState._fields
     item_fields = _items.OpenItem._fields
@@ -54,13 +80,14 @@ def _compiled_step() -> Callable[..., Any] | None:
         (*(state_fields.index(f) for f in _STATE_FIELDS), len(state_fields)),
         (*(item_fields.index(f) for f in _ITEM_FIELDS), len(item_fields)),
     )
-    return _speedups.step
+    return _speedups.step, _speedups.sse_event
 
 
-_compiled = _compiled_step()
-#: Whether `step` runs the compiled hot path.
-ACCELERATED = _compiled is not None
+_compiled_functions = _compiled()
+#: Whether `step` and `sse_event` run the compiled hot paths.
+ACCELERATED = _compiled_functions is not None
 if TYPE_CHECKING:
-    step = python_step  # the same signature, whichever runs
+    step = python_step  # the same signatures, whichever runs
+    sse_event = python_sse_event
 else:
-    step = _compiled or python_step
+    step, sse_event = _compiled_functions or (python_step, python_sse_event)

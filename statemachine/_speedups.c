@@ -32,6 +32,10 @@ static PyObject *text_bytes_name = NULL; /* "text_bytes", the grammar's table */
 static PyObject *logprob_name = NULL;
 static PyObject *top_logprobs_name = NULL;
 static PyObject *empty_bytes = NULL;
+/* The last grammar seen and its `text_bytes` table (strong references): a response steps
+ * through one grammar, and the attribute lookup is a tenth of a text step. */
+static PyObject *last_grammar = NULL;
+static PyObject *last_table = NULL;
 
 /* Field positions in ResponseState (S_) and OpenItem (I_), and their lengths. */
 static Py_ssize_t S_GRAMMAR, S_SEQ, S_OPEN, S_PARSE, S_OUTPUT_TOKENS, S_REASONING_TOKENS,
@@ -124,10 +128,22 @@ text_step(PyObject *state, PyObject *token)
     if (Py_TYPE(item) != item_type) {
         return NULL;
     }
-    PyObject *table = PyObject_GetAttr(PyTuple_GET_ITEM(state, S_GRAMMAR), text_bytes_name);
-    if (table == NULL) {
-        PyErr_Clear();
-        return NULL;
+    PyObject *grammar = PyTuple_GET_ITEM(state, S_GRAMMAR);
+    PyObject *table;
+    if (grammar == last_grammar) {
+        table = last_table;
+        Py_INCREF(table);
+    }
+    else {
+        table = PyObject_GetAttr(grammar, text_bytes_name);
+        if (table == NULL) {
+            PyErr_Clear();
+            return NULL;
+        }
+        Py_INCREF(grammar);
+        Py_XSETREF(last_grammar, grammar);
+        Py_INCREF(table);
+        Py_XSETREF(last_table, table);
     }
     PyObject *result = NULL, *joined = NULL, *text = NULL, *new_item = NULL;
     PyObject *new_state = NULL, *events = NULL;
@@ -177,17 +193,23 @@ text_step(PyObject *state, PyObject *token)
     }
     set_field(new_item, I_PENDING, still_pending);
 
-    events = PyList_New(0);
-    if (events == NULL) {
-        goto error;
-    }
     PyObject *kind = PyTuple_GET_ITEM(item, I_KIND);
     PyObject *seq = PyTuple_GET_ITEM(state, S_SEQ);
     long sent = 0;
     if (PyUnicode_GET_LENGTH(text) > 0) {
-        PyObject *rope = PyTuple_Pack(2, PyTuple_GET_ITEM(item, I_TEXT), text);
+        PyObject *earlier = PyTuple_GET_ITEM(item, I_TEXT);
+        PyObject *rope = PyTuple_Pack(2, earlier, text);
         if (rope == NULL) {
             goto error;
+        }
+        /* A rope is a chain of (earlier, piece) tuples as long as the answer. CPython untracks a
+         * tuple of untracked values only when a collection reaches it, and reaches this chain
+         * newest first, so it untracks one node per collection and every collection walks the
+         * rest: about half the cost of a step. A tuple of untracked values can never be part
+         * of a cycle, so it is untracked here at once, which keeps the whole chain untracked. */
+        if ((earlier == Py_None || (PyTuple_CheckExact(earlier) && !PyObject_GC_IsTracked(earlier)))
+            && PyUnicode_CheckExact(text)) {
+            PyObject_GC_UnTrack(rope);
         }
         set_field(new_item, I_TEXT, rope);
         PyObject *spec = PyDict_GetItemWithError(delta_specs, kind);
@@ -203,13 +225,17 @@ text_step(PyObject *state, PyObject *token)
             if (event == NULL) {
                 goto error;
             }
-            int failed = PyList_Append(events, event);
-            Py_DECREF(event);
-            if (failed) {
+            events = PyList_New(1);
+            if (events == NULL) {
+                Py_DECREF(event);
                 goto error;
             }
+            PyList_SET_ITEM(events, 0, event);  /* steals the event */
             sent = 1;
         }
+    }
+    if (events == NULL && (events = PyList_New(0)) == NULL) {
+        goto error;
     }
     int reasoning = kind == reasoning_kind;
     if (!reasoning && PyUnicode_Check(kind)) {
@@ -260,6 +286,7 @@ done:
 static PyObject *
 step(PyObject *module, PyObject *const *args, Py_ssize_t nargsf, PyObject *kwnames)
 {
+    (void)module;
     if (python_step == NULL) {
         PyErr_SetString(PyExc_RuntimeError,
                         "streamfold.statemachine._speedups.step used before configure()");
@@ -297,9 +324,223 @@ take(PyObject **slot, PyObject *value)
     Py_XSETREF(*slot, value);
 }
 
+/* ---- SSE frames of plain events -------------------------------------------------------------
+ *
+ * A plain event (a delta or a progress event: only str and int fields, see `_wire.plain_plan`)
+ * is written straight to its frame, `event: T\ndata: {...}\n\n`, in the generic path's field
+ * order and with json.dumps's escaping (ensure_ascii=False: `"`, `\`, and control characters
+ * below U+0020; everything else as UTF-8). Anything else goes to the Python `sse_event`.
+ */
+static PyObject *python_sse_event = NULL;
+static PyObject *frame_specs = NULL;  /* type -> (head, ((prefix, descr | None, kind), ...)) */
+
+enum { FIELD_LITERAL = 0, FIELD_INT = 1, FIELD_STR = 2, FIELD_EMPTY_LIST = 3 };
+#define MAX_PLAIN_FIELDS 16
+
+/* Write `src` as the inside of a JSON string; returns the end of what was written. */
+static char *
+escape_json(char *dst, const char *src, Py_ssize_t size)
+{
+    static const char hex[] = "0123456789abcdef";
+    for (Py_ssize_t i = 0; i < size; i++) {
+        unsigned char c = (unsigned char)src[i];
+        if (c >= 0x20 && c != '"' && c != '\\') {
+            *dst++ = (char)c;
+            continue;
+        }
+        *dst++ = '\\';
+        switch (c) {
+        case '"': *dst++ = '"'; break;
+        case '\\': *dst++ = '\\'; break;
+        case '\b': *dst++ = 'b'; break;
+        case '\f': *dst++ = 'f'; break;
+        case '\n': *dst++ = 'n'; break;
+        case '\r': *dst++ = 'r'; break;
+        case '\t': *dst++ = 't'; break;
+        default:
+            *dst++ = 'u';
+            *dst++ = '0';
+            *dst++ = '0';
+            *dst++ = hex[c >> 4];
+            *dst++ = hex[c & 0xf];
+        }
+    }
+    return dst;
+}
+
+/* Write `value` in decimal; returns the end of what was written (sprintf costs more than the
+ * rest of a frame). */
+static char *
+write_int(char *dst, long long value)
+{
+    char digits[24];
+    int n = 0;
+    unsigned long long magnitude = value < 0 ? 0ULL - (unsigned long long)value
+                                             : (unsigned long long)value;
+    do {
+        digits[n++] = (char)('0' + magnitude % 10);
+        magnitude /= 10;
+    } while (magnitude != 0);
+    if (value < 0) {
+        *dst++ = '-';
+    }
+    while (n > 0) {
+        *dst++ = digits[--n];
+    }
+    return dst;
+}
+
+/* The frame of a plain event; NULL with no error set when the general path must write it. */
+static PyObject *
+frame_plain(PyObject *event, PyObject *spec)
+{
+    PyObject *head = PyTuple_GET_ITEM(spec, 0);
+    PyObject *fields = PyTuple_GET_ITEM(spec, 1);
+    Py_ssize_t n = PyTuple_GET_SIZE(fields);
+    if (n > MAX_PLAIN_FIELDS) {
+        return NULL;
+    }
+    PyObject *values[MAX_PLAIN_FIELDS] = {NULL};
+    PyObject *encoded[MAX_PLAIN_FIELDS] = {NULL};  /* UTF-8 of non-ASCII strings */
+    const char *text[MAX_PLAIN_FIELDS];
+    Py_ssize_t text_size[MAX_PLAIN_FIELDS];
+    long long number[MAX_PLAIN_FIELDS];
+    PyObject *result = NULL;
+    int general = 0;
+    Py_ssize_t size = PyBytes_GET_SIZE(head) + 3;  /* the closing `}\n\n` */
+
+    for (Py_ssize_t i = 0; i < n && !general; i++) {
+        PyObject *field = PyTuple_GET_ITEM(fields, i);
+        PyObject *descr = PyTuple_GET_ITEM(field, 1);
+        long kind = PyLong_AsLong(PyTuple_GET_ITEM(field, 2));
+        size += PyBytes_GET_SIZE(PyTuple_GET_ITEM(field, 0));
+        if (kind == FIELD_LITERAL) {
+            continue;
+        }
+        PyObject *value = Py_TYPE(descr)->tp_descr_get(descr, event, (PyObject *)Py_TYPE(event));
+        if (value == NULL) {
+            goto done;
+        }
+        values[i] = value;
+        if (kind == FIELD_INT) {
+            int overflow = 0;
+            number[i] = PyLong_CheckExact(value) ? PyLong_AsLongLongAndOverflow(value, &overflow)
+                                                 : (general = 1, 0);
+            general |= overflow != 0;
+            size += 24;
+        }
+        else if (kind == FIELD_STR) {
+            if (!PyUnicode_CheckExact(value)) {
+                general = 1;
+            }
+            else if (PyUnicode_IS_ASCII(value)) {
+                text[i] = (const char *)PyUnicode_DATA(value);
+                text_size[i] = PyUnicode_GET_LENGTH(value);
+            }
+            else {
+                encoded[i] = PyUnicode_AsUTF8String(value);
+                if (encoded[i] == NULL) {
+                    PyErr_Clear();  /* a lone surrogate: let Python say what is wrong */
+                    general = 1;
+                }
+                else {
+                    text[i] = PyBytes_AS_STRING(encoded[i]);
+                    text_size[i] = PyBytes_GET_SIZE(encoded[i]);
+                }
+            }
+            if (!general) {
+                size += 2 + 6 * text_size[i];
+            }
+        }
+        else {  /* FIELD_EMPTY_LIST: a delta without logprobs */
+            general = !((PyTuple_CheckExact(value) && PyTuple_GET_SIZE(value) == 0)
+                        || (PyList_CheckExact(value) && PyList_GET_SIZE(value) == 0));
+            size += 2;
+        }
+    }
+    if (general) {
+        goto done;
+    }
+
+    result = PyBytes_FromStringAndSize(NULL, size);
+    if (result == NULL) {
+        goto done;
+    }
+    char *out = PyBytes_AS_STRING(result);
+    memcpy(out, PyBytes_AS_STRING(head), PyBytes_GET_SIZE(head));
+    out += PyBytes_GET_SIZE(head);
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *field = PyTuple_GET_ITEM(fields, i);
+        PyObject *prefix = PyTuple_GET_ITEM(field, 0);
+        long kind = PyLong_AsLong(PyTuple_GET_ITEM(field, 2));
+        memcpy(out, PyBytes_AS_STRING(prefix), PyBytes_GET_SIZE(prefix));
+        out += PyBytes_GET_SIZE(prefix);
+        if (kind == FIELD_INT) {
+            out = write_int(out, number[i]);
+        }
+        else if (kind == FIELD_STR) {
+            *out++ = '"';
+            out = escape_json(out, text[i], text_size[i]);
+            *out++ = '"';
+        }
+        else if (kind == FIELD_EMPTY_LIST) {
+            *out++ = '[';
+            *out++ = ']';
+        }
+    }
+    memcpy(out, "}\n\n", 3);
+    out += 3;
+    if (_PyBytes_Resize(&result, out - PyBytes_AS_STRING(result)) < 0) {
+        result = NULL;
+    }
+
+done:
+    for (Py_ssize_t i = 0; i < n; i++) {
+        Py_XDECREF(values[i]);
+        Py_XDECREF(encoded[i]);
+    }
+    return result;
+}
+
+static PyObject *
+sse_event(PyObject *module, PyObject *event)
+{
+    (void)module;
+    if (python_sse_event == NULL) {
+        PyErr_SetString(PyExc_RuntimeError,
+                        "streamfold.statemachine._speedups.sse_event used before configure_sse()");
+        return NULL;
+    }
+    PyObject *spec = PyDict_GetItemWithError(frame_specs, (PyObject *)Py_TYPE(event));
+    if (spec != NULL) {
+        PyObject *frame = frame_plain(event, spec);
+        if (frame != NULL || PyErr_Occurred()) {
+            return frame;
+        }
+    }
+    else if (PyErr_Occurred()) {
+        return NULL;
+    }
+    return PyObject_CallOneArg(python_sse_event, event);
+}
+
+static PyObject *
+configure_sse(PyObject *module, PyObject *args)
+{
+    (void)module;
+    PyObject *reference, *specs;
+    if (!PyArg_ParseTuple(args, "OO!:configure_sse", &reference, &PyDict_Type, &specs)) {
+        return NULL;
+    }
+    take(&python_sse_event, reference);
+    take(&frame_specs, specs);
+    Py_RETURN_NONE;
+}
+
 static PyObject *
 configure(PyObject *module, PyObject *args)
 {
+    (void)module;
     PyObject *reference, *state_cls, *item_cls, *content, *kind, *specs;
     if (!PyArg_ParseTuple(args, "OO!O!OUO!(nnnnnnnn)(nnnnnn):configure", &reference,
                           &PyType_Type, &state_cls, &PyType_Type, &item_cls, &content, &kind,
@@ -326,6 +567,12 @@ static PyMethodDef methods[] = {
     {"step", (PyCFunction)(void (*)(void))step, METH_FASTCALL | METH_KEYWORDS,
      "step(state, token, logprob=None, top_logprobs=None)\n--\n\n"
      "`streamfold.statemachine.step` with its text-token hot path compiled."},
+    {"sse_event", sse_event, METH_O,
+     "sse_event(event)\n--\n\n"
+     "`streamfold.statemachine.sse_event` with plain events written in C."},
+    {"configure_sse", configure_sse, METH_VARARGS,
+     "configure_sse(python_sse_event, frame_specs)\n--\n\n"
+     "Tell the compiled frame writer the plain events' layouts (statemachine/_accel.py)."},
     {"configure", configure, METH_VARARGS,
      "configure(python_step, ResponseState, OpenItem, content_phase, reasoning_kind, "
      "delta_specs, state_positions, item_positions)\n--\n\n"

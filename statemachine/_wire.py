@@ -151,30 +151,56 @@ def from_wire(data: Mapping[str, Any]) -> Event:
 _escape = json.encoder.encode_basestring  # what json.dumps uses when ensure_ascii=False
 
 
-def _fast_writers(cls: type) -> tuple[Any, Any] | None:
-    """Direct writers for events made only of str and int fields (deltas, progress): the JSON
-    text, and the whole SSE frame as bytes.
+#: How a plain event's field is written: the `type` literal, an int, an escaped string, or an
+#: empty list (a delta's `logprobs`; one that has logprobs takes the generic path).
+PlainField = tuple[str, Literal["type", "int", "str", "empty"]]
 
-    These are most of a stream's events; writing them without the generic unstructure step
-    is about 5x faster, and writing the frame in the same `%` saves another call per event.
-    A test holds every one equal to the generic path, byte for byte.
-    """
-    template, args = [], []
+
+def plain_plan(cls: type) -> tuple[str, tuple[PlainField, ...]] | None:
+    """The wire type and field layout of an event made only of str and int fields (deltas,
+    progress events), in the generic path's field order; None for any other event."""
     event_type = None
+    plan: list[PlainField] = []
     for field in attrs.fields(cls):
         if field.name == "type":
             event_type = field.default
-            template.append(f'"type":{json.dumps(field.default)}')
+            plan.append((field.name, "type"))
         elif field.type in ("int", int):
-            template.append(f'"{field.name}":%d')
-            args.append(f"e.{field.name}")
+            plan.append((field.name, "int"))
         elif field.type in ("str", str):
-            template.append(f'"{field.name}":%s')
-            args.append(f"_escape(e.{field.name})")
+            plan.append((field.name, "str"))
         elif field.name == "logprobs":
-            template.append('"logprobs":[]')
+            plan.append((field.name, "empty"))
         else:
             return None
+    return (event_type, tuple(plan)) if event_type is not None else None
+
+
+def _fast_writers(cls: type) -> tuple[Any, Any] | None:
+    """Direct writers for plain events (see `plain_plan`): the JSON text, and the whole SSE
+    frame as bytes.
+
+    These are most of a stream's events; writing them without the generic unstructure step
+    is about 5x faster, and writing the frame in the same `%` saves another call per event.
+    A test holds every one equal to the generic path, byte for byte (and `_speedups.c`'s
+    compiled frame writer, which follows the same plan).
+    """
+    plain = plain_plan(cls)
+    if plain is None:
+        return None
+    event_type, plan = plain
+    template, args = [], []
+    for name, kind in plan:
+        if kind == "type":
+            template.append(f'"type":{json.dumps(event_type)}')
+        elif kind == "int":
+            template.append(f'"{name}":%d')
+            args.append(f"e.{name}")
+        elif kind == "str":
+            template.append(f'"{name}":%s')
+            args.append(f"_escape(e.{name})")
+        else:
+            template.append(f'"{name}":[]')
     text = "{" + ",".join(template) + "}"
     frame = f"event: {event_type}\ndata: {text}\n\n"
     values = ", ".join(args)
@@ -189,10 +215,12 @@ def _fast_writers(cls: type) -> tuple[Any, Any] | None:
 
 _FAST: dict[type, Any] = {}
 _FAST_SSE: dict[type, Any] = {}
+PLAIN_EVENTS: list[type] = []
 for _cls in Event.__args__:
     _writers = _fast_writers(_cls)
     if _writers is not None:
         _FAST[_cls], _FAST_SSE[_cls] = _writers
+        PLAIN_EVENTS.append(_cls)
 
 
 def dumps(value: Any) -> str:
