@@ -28,7 +28,15 @@ from typing import Any
 import anyio
 
 from streamfold.engines import GenerationRequest, TokenChunk, TokenSource
-from streamfold.statemachine import Event, Response, ResponseState, dumps, finish, start, step
+from streamfold.statemachine import (
+    Event,
+    Response,
+    ResponseState,
+    finish,
+    sse_event,
+    start,
+    step,
+)
 from streamfold.statemachine._reducer import FinishReason, Grammar
 from streamfold.statemachine._sse import sse_frame
 
@@ -163,4 +171,4 @@ async def stream_sse(
     events = stream_events(source, request, grammar, response, input_tokens=input_tokens)
     async with contextlib.aclosing(events):
         async for event in events:
-            yield sse_frame(event.type, dumps(event))
+            yield sse_event(event)  # compiled for deltas where the extension is built
