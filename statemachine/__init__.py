@@ -10,6 +10,7 @@ from ._events import __all__ as _events_all
 from ._harmony import HarmonyGrammar
 from ._model import *  # noqa: F403
 from ._model import __all__ as _model_all
+from ._recover import close_interrupted
 from ._reducer import FinishReason, ResponseState, finish, start
 from ._snapshot import snapshot
 from ._sse import SSEFramingError, SSEMessage, SSEParser, parse_sse, sse_frame
@@ -25,6 +26,7 @@ __all__ = [
     "SSEMessage",
     "SSEParser",
     "ResponseState",
+    "close_interrupted",
     "finish",
     "snapshot",
     "sse_event",

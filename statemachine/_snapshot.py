@@ -26,7 +26,7 @@ _LIFECYCLE = (
     ev.ResponseIncompleteEvent,
     ev.ResponseFailedEvent,
 )
-_TEXT_DELTAS = (
+TEXT_DELTAS = (
     ev.ResponseTextDeltaEvent,
     ev.ResponseReasoningTextDeltaEvent,
     ev.ResponseFunctionCallArgumentsDeltaEvent,
@@ -63,7 +63,7 @@ def snapshot(events: Iterable[ev.Event]) -> m.Response:
         elif isinstance(event, ev.ResponseOutputItemDoneEvent):
             items[event.output_index] = event.item
             done.add(event.output_index)
-        elif isinstance(event, _TEXT_DELTAS):
+        elif isinstance(event, TEXT_DELTAS):
             texts.setdefault(event.output_index, []).append(event.delta)
     if response is None:
         raise ReducerUsageError("snapshot() needs a stream that starts with response.created")

@@ -32,7 +32,15 @@ from anyio.abc import TaskGroup, TaskStatus
 
 from streamfold.adapters.driver import Generation, sse_frame
 from streamfold.engines import GenerationRequest, SamplingParams
-from streamfold.statemachine import Event, ReasoningConfig, Response, StreamfoldError, dumps
+from streamfold.statemachine import (
+    Event,
+    ReasoningConfig,
+    Response,
+    StreamfoldError,
+    close_interrupted,
+    dumps,
+    loads,
+)
 from streamfold.statemachine._reducer import Grammar
 
 from ..prompt import render_prompt, stop_token_ids
@@ -47,6 +55,9 @@ log = logging.getLogger("streamfold.server")
 CANCELLED = "the response was cancelled before it finished"
 CLIENT_LEFT = "the client disconnected before the response finished"
 SHUTDOWN = "the server shut down before the response finished"
+INTERRUPTED = (
+    "the server stopped before the response finished (it was ended when the server restarted)"
+)
 
 # The store is written in batches: at the terminal event, or when this many events or seconds
 # have gathered. Followers of a live run read it from memory, so batching delays nothing they
@@ -156,7 +167,13 @@ class ResponseService:
 
     @contextlib.asynccontextmanager
     async def running(self) -> AsyncIterator[ResponseService]:
-        """Hold the task group background responses run in (enter it in the app's lifespan)."""
+        """Hold the task group background responses run in (enter it in the app's lifespan).
+
+        On the way in, responses that a previous server left unfinished are ended
+        (`end_interrupted`)."""
+        ended = await self.end_interrupted()
+        if ended:
+            log.warning("ended %d response(s) left unfinished by a previous run", len(ended))
         async with anyio.create_task_group() as tg:
             self._task_group = tg
             try:
@@ -166,6 +183,27 @@ class ResponseService:
                 for run in list(self.live.values()):
                     if run.background:
                         run.cancel(SHUTDOWN)
+
+    async def end_interrupted(self) -> list[str]:
+        """End every stored response that is unfinished and not running here.
+
+        A server that crashed or was killed mid-generation leaves logs without a terminal
+        event, which clients retrieving or resuming them would wait on forever. Each gets the
+        close events of its open items (`incomplete`, with the text they had streamed) and
+        `response.failed` (`close_interrupted`). A store belongs to one server process (live
+        following is per process too), so an unfinished log here is one nobody will finish.
+        Returns the ids ended.
+        """
+        ended = []
+        for response_id in await self.store.list():
+            stored = await self.store.snapshot(response_id)
+            if stored is None or stored.finished or response_id in self.live:
+                continue
+            events = [loads(record.data) for record in await self.store.read(response_id)]
+            closing = close_interrupted(events, INTERRUPTED)
+            await self.store.append(response_id, _records(closing))
+            ended.append(response_id)
+        return ended
 
     # --- preparing a request ------------------------------------------------------------
 

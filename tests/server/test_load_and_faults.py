@@ -4,6 +4,11 @@ by itself (a deadline, never a wait on the server's good will)."""
 from __future__ import annotations
 
 import json
+import os
+import signal
+import socket
+import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -135,6 +140,71 @@ def test_a_restarted_server_loses_no_finished_response(trace_dir: Path, tmp_path
             parse(httpx.get(f"{url}/v1/responses/{unfinished.id}?stream=true").content)
         )
     second_store.close()
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def test_a_response_whose_server_was_killed_is_ended_on_restart(
+    trace_dir: Path, tmp_path: Path
+) -> None:
+    """A server killed mid-generation (SIGKILL: no shutdown path runs) left a log without a
+    terminal event; the next server on that store ends it in `response.failed`, keeping the
+    text already streamed, so a client retrieving or resuming it is not left waiting."""
+    path = tmp_path / "responses.sqlite3"
+    port = _free_port()
+    streamfold = Path(sys.executable).parent / "streamfold"
+    process = subprocess.Popen(
+        [str(streamfold), "serve", "--traces", str(trace_dir), "--replay-delay", "0.05",
+         "--store", str(path), "--port", str(port), "--log-level", "warning"],
+    )  # fmt: skip
+    try:
+        url = f"http://127.0.0.1:{port}"
+
+        def up() -> bool:
+            try:
+                return httpx.get(f"{url}/v1/responses/resp_none").status_code == 404
+            except httpx.TransportError:
+                return False
+
+        wait_for(up, timeout=60)
+        client = OpenAI(base_url=f"{url}/v1", api_key="x", max_retries=0)
+        response_id = client.responses.create(model="long", input="x", background=True).id
+        reader = SQLiteEventStore(path)
+
+        def some_text_stored() -> bool:
+            records = anyio.run(reader.read, response_id)
+            return sum(r.type == "response.output_text.delta" for r in records) >= 5
+
+        wait_for(some_text_stored, timeout=30)
+        os.kill(process.pid, signal.SIGKILL)
+        process.wait(timeout=10)
+        assert not anyio.run(reader.snapshot, response_id).finished  # type: ignore[union-attr]
+        reader.close()
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait(timeout=10)
+
+    store = SQLiteEventStore(path)
+    with serve(create_app(make_engine(trace_dir).engine(), store=store)) as url:
+        ended = httpx.get(f"{url}/v1/responses/{response_id}").json()
+        assert ended["status"] == "failed"
+        assert "stopped before the response finished" in ended["error"]["message"]
+        message = ended["output"][0]
+        assert message["status"] == "incomplete"
+        streamed = message["content"][0]["text"]
+        full = " ".join(f"word{i}" for i in range(60))
+        assert streamed.startswith("word0 word1") and full.startswith(streamed)
+        log = parse(httpx.get(f"{url}/v1/responses/{response_id}?stream=true").content)
+        assert not check(log)
+        assert log[-1]["type"] == "response.failed"
+        deltas = "".join(e["delta"] for e in log if e["type"] == "response.output_text.delta")
+        assert deltas == streamed
+    store.close()
 
 
 def test_mounted_in_another_app_with_its_lifespan(trace_dir: Path) -> None:
