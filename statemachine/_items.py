@@ -35,6 +35,7 @@ __all__ = [
     "OpenItem",
     "Out",
     "append_bytes",
+    "append_text_with_logprobs",
     "close_item",
     "grow",
     "open_item",
@@ -263,6 +264,22 @@ def append_text(out: Out, item: OpenItem, text: str) -> OpenItem:
     if not text:
         return item
     _delta(out, item, text, ())
+    return replace_item(item, text=(item.text, text))
+
+
+def append_text_with_logprobs(
+    out: Out, item: OpenItem, text: str, entries: list[Any], vocab: Vocabulary
+) -> OpenItem:
+    """Feed decoded message text with the `(token, logprob, top_logprobs)` of the tokens it
+    came from (the think-tag grammar decodes text before it knows where it goes). The delta
+    carries them, and the item keeps them for its done events, as `append_bytes` does."""
+    tokens = item.tokens
+    for entry in entries:
+        tokens = (tokens, entry)
+    item = replace_item(item, tokens=tokens, unsent=0)
+    if not text:
+        return item
+    _delta(out, item, text, tuple(_text_logprob(vocab, entry) for entry in entries))
     return replace_item(item, text=(item.text, text))
 
 

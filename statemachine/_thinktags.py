@@ -45,7 +45,12 @@ still have become markup, and dropping it keeps every text of a cut response a p
 text the longer run would have shown.
 
 `reasoning_tokens` counts the tokens that arrive inside reasoning or take the grammar into it.
-Logprobs are not attached to think-tag message text (a token's text may straddle a tag).
+
+Logprobs. A token's logprob goes on the first `output_text.delta` that carries its text: the
+delta of the same token, or a later one when its text was held (a possible tag start, trailing
+whitespace, half a character, a call body that turns out to be text). Tokens whose text became
+a tag, reasoning or a tool call have none (the API has logprobs on message text only). The
+message's done events carry all of its tokens' logprobs.
 """
 
 from __future__ import annotations
@@ -59,9 +64,9 @@ import attrs
 from ._errors import ReducerUsageError
 from ._fast import replacer
 from ._hermes import HEAD_LIMIT, ArgumentsScan, match_head, parse_call
-from ._items import ItemKind, Out, append_text
+from ._items import ItemKind, Out, append_text, append_text_with_logprobs
 from ._reducer import ResponseState, close_open, open_next, replace_state
-from ._text import Rope, decode_utf8, flush_utf8, rope_text
+from ._text import Rope, decode_utf8, flush_utf8, rope_items, rope_text
 from ._vocab import Vocabulary
 
 __all__ = ["ThinkTagGrammar", "ThinkTagParse", "ToolCallParse"]
@@ -91,6 +96,12 @@ class ThinkTagParse:
     pending: bytes = b""  # the first bytes of a character not yet complete
     blank: str = ""  # whitespace at the end of the open run, sent only if text follows
     call: ToolCallParse | None = None
+    # `(token, logprob, top_logprobs)` of earlier tokens whose text may still become message
+    # text, waiting for the delta that carries it (see "Logprobs" in the module doc); and,
+    # during one step, the entry of the token being read with where its text starts in the
+    # text being cut (after what was held).
+    awaiting: Rope = None
+    reading: tuple[Any, int] | None = None
 
 
 replace_parse = replacer(ThinkTagParse)
@@ -172,7 +183,13 @@ class ThinkTagGrammar:
             return state
         text, pending = decode_utf8(parse.pending, self.vocabulary.token_bytes[token])
         item = state.open
-        if not parse.held and item is not None and self._tag_start[parse.mode](text) is None:
+        if (
+            not parse.held
+            and item is not None
+            and logprob is None
+            and parse.awaiting is None
+            and self._tag_start[parse.mode](text) is None
+        ):
             # The common tokens: more text of the open run, or more arguments of the open
             # call, with nothing tag-like in them. One new state instead of several keeps the
             # per-token cost down (see benchmarks/bench_thinktags.py).
@@ -205,14 +222,19 @@ class ThinkTagGrammar:
                     seq=out.seq,
                     output_tokens=state.output_tokens + 1,
                 )
-        state = replace_state(state, parse=replace_parse(parse, held="", pending=pending))
-        state = self._consume(state, out, parse.held + text)
+        reading = None if logprob is None else ((token, logprob, top_logprobs), len(parse.held))
+        fresh = replace_parse(parse, held="", pending=pending, reading=reading)
+        state = self._consume(replace_state(state, parse=fresh), out, parse.held + text)
         if was_reasoning or state.parse.mode == "reasoning":
             state = replace_state(state, reasoning_tokens=state.reasoning_tokens + 1)
+        parse = state.parse
+        if parse.awaiting is not None or parse.reading is not None:
+            state = replace_state(state, parse=_settle_logprobs(parse))
         return state
 
     def _consume(self, state: ResponseState, out: Out, text: str) -> ResponseState:
         """Cut `text` at tags, route each piece by mode, and hold a possible tag start."""
+        start = 0  # where `text` is in what was given, for the logprobs of each piece
         while text:
             tags = self._tags[state.parse.mode]
             at, tag = -1, ""
@@ -222,14 +244,15 @@ class ThinkTagGrammar:
                     at, tag = found, candidate
             if at == -1:
                 break
-            state = self._content(state, out, text[:at])
+            state = self._content(state, out, text[:at], start)
             state = self._on_tag(state, out, tag)
             text = text[at + len(tag) :]
+            start += at + len(tag)
         held = self._held_length(state.parse.mode, text)
         if held:
-            state = self._content(state, out, text[:-held])
+            state = self._content(state, out, text[:-held], start)
             return replace_state(state, parse=replace_parse(state.parse, held=text[-held:]))
-        return self._content(state, out, text)
+        return self._content(state, out, text, start)
 
     def _held_length(self, mode: Mode, text: str) -> int:
         """Length of the longest end of `text` that is the start of one of `mode`'s tags."""
@@ -261,13 +284,20 @@ class ThinkTagGrammar:
         state = self._end_call(state, out, closed=True)
         return replace_state(state, parse=replace_parse(state.parse, mode="text", call=None))
 
-    def _content(self, state: ResponseState, out: Out, text: str) -> ResponseState:
+    def _content(self, state: ResponseState, out: Out, text: str, start: int = 0) -> ResponseState:
+        """One piece of text between tags, `start` characters into the text being cut."""
         if not text:
             return state
         mode = state.parse.mode
         if mode == "tool":
             return self._call_text(state, out, text)
-        return _run_text(state, out, "message" if mode == "text" else "reasoning", text)
+        # A delta of this piece carries the logprobs of the tokens whose text it begins with:
+        # the earlier ones (held text and whitespace go out at the front of the first piece)
+        # and the token being read, if the piece reaches into its text.
+        reading = state.parse.reading
+        logprobs_of = (start == 0, reading is not None and start + len(text) > reading[1])
+        kind: ItemKind = "message" if mode == "text" else "reasoning"
+        return _run_text(state, out, kind, text, logprobs_of)
 
     # -- tool calls ---------------------------------------------------------------------------
 
@@ -285,6 +315,9 @@ class ThinkTagGrammar:
                 name, start = found
                 body = rope_text(call.body)  # at most HEAD_LIMIT + one token, once per call
                 state = _close(state, out)
+                # The body is a call: the tokens it came from are not message text.
+                parse = replace_parse(state.parse, awaiting=None, reading=None)
+                state = replace_state(state, parse=parse)
                 item = open_next(out, state, "function_call", name=name)
                 state = replace_state(state, open=item)
                 call = ToolCallParse(phase="arguments")
@@ -303,9 +336,10 @@ class ThinkTagGrammar:
         parsed = parse_call(body)
         if parsed is None:
             literal = self.tool_open + body + (self.tool_close if closed else "")
-            return _run_text(state, out, "message", literal)
+            return _run_text(state, out, "message", literal, (True, True))
         name, arguments = parsed
         state = _close(state, out)
+        state = replace_state(state, parse=replace_parse(state.parse, awaiting=None, reading=None))
         item = open_next(out, state, "function_call", name=name)
         state = replace_state(state, open=append_text(out, item, arguments))
         return _close(state, out)
@@ -349,9 +383,16 @@ def _split_blank(blank: str, text: str) -> tuple[str, str]:
     return delta, blank
 
 
-def _run_text(state: ResponseState, out: Out, kind: ItemKind, text: str) -> ResponseState:
+def _run_text(
+    state: ResponseState,
+    out: Out,
+    kind: ItemKind,
+    text: str,
+    logprobs_of: tuple[bool, bool] = (False, False),
+) -> ResponseState:
     """Text of a message or reasoning run: the item opens at its first visible character and
-    holds back whitespace at its end (see the module doc)."""
+    holds back whitespace at its end (see the module doc). A message delta carries the
+    logprobs `logprobs_of` names: (the earlier tokens waiting, the token being read)."""
     item = state.open
     blank = state.parse.blank
     if item is None or item.kind != kind:
@@ -364,7 +405,41 @@ def _run_text(state: ResponseState, out: Out, kind: ItemKind, text: str) -> Resp
     delta, blank = _split_blank(blank, text)
     if blank != state.parse.blank:
         state = replace_state(state, parse=replace_parse(state.parse, blank=blank))
+    parse = state.parse
+    earlier, current = logprobs_of
+    earlier = earlier and parse.awaiting is not None
+    current = current and parse.reading is not None
+    if kind == "message" and delta and (earlier or current):
+        entries = rope_items(parse.awaiting) if earlier else []
+        if current:
+            entries.append(parse.reading[0])  # type: ignore[index]
+        item = append_text_with_logprobs(out, item, delta, entries, state.grammar.vocabulary)
+        parse = replace_parse(
+            parse,
+            awaiting=None if earlier else parse.awaiting,
+            reading=None if current else parse.reading,
+        )
+        return replace_state(state, open=item, parse=parse)
     return replace_state(state, open=append_text(out, item, delta))
+
+
+def _settle_logprobs(parse: ThinkTagParse) -> ThinkTagParse:
+    """After a token: its logprob waits with the earlier ones if its text was not sent and
+    may still become message text; if nothing held may, they are dropped."""
+    awaiting = parse.awaiting
+    if parse.reading is not None:
+        awaiting = (awaiting, parse.reading[0])
+    if not _may_become_message_text(parse):
+        awaiting = None
+    return replace_parse(parse, awaiting=awaiting, reading=None)
+
+
+def _may_become_message_text(parse: ThinkTagParse) -> bool:
+    """Whether text held now may still go out in a message delta: text, whitespace or half a
+    character held in text mode, or a call body not yet known to be a call."""
+    if parse.mode == "text":
+        return bool(parse.held or parse.pending or parse.blank)
+    return parse.mode == "tool" and parse.call is not None and parse.call.phase == "head"
 
 
 def _stream_arguments(

@@ -81,7 +81,7 @@ def test_a_finished_stream_or_a_headless_one_is_a_usage_error() -> None:
     events = run([])
     with pytest.raises(ReducerUsageError, match="already has its terminal event"):
         close_interrupted(events, "x")
-    with pytest.raises(ReducerUsageError, match="response.created"):
+    with pytest.raises(ReducerUsageError, match=r"response\.created"):
         close_interrupted(events[1:2], "x")
-    with pytest.raises(ReducerUsageError, match="response.created"):
+    with pytest.raises(ReducerUsageError, match=r"response\.created"):
         close_interrupted([], "x")
