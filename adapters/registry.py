@@ -130,11 +130,15 @@ class LazySource:
 
 
 def _harmony_grammar(model: str) -> Grammar:
-    """Every model served through vLLM or SGLang is read as gpt-oss (harmony)."""
+    """Every model served live (vLLM, SGLang, native) is read as gpt-oss (harmony). A live
+    model offered no tools that writes a tool call anyway is hallucinating it: its message is
+    read by channel (bug 54)."""
     from streamfold.statemachine import HarmonyGrammar
     from streamfold.vocab import load_harmony_vocabulary
 
-    return HarmonyGrammar(vocabulary=load_harmony_vocabulary())
+    return HarmonyGrammar(
+        vocabulary=load_harmony_vocabulary(), ignore_recipients_without_tools=True
+    )
 
 
 def _gpu_engine(name: str) -> EngineFactory:

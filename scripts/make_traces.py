@@ -189,6 +189,13 @@ SPECS: dict[str, tuple[str, tuple[int, ...], str | None, dict[str, object]]] = {
         "abort",
         {},
     ),
+    "recipient_without_declared_tools_is_text_vllm_pr51616": (
+        "<|channel|>analysis<|message|>Maybe search.<|end|><|start|>assistant<|channel|>"
+        'commentary to=browser.search <|constrain|>json<|message|>{"query":"weather"}<|call|>',
+        (1,),
+        "stop",
+        {"ignore_recipients_without_tools": True},
+    ),
     "two_calls_same_function_get_own_items_smg": (
         "<|channel|>commentary to=functions.get_weather <|constrain|>json<|message|>"
         '{"city":"Paris"}<|call|><|start|>assistant<|channel|>commentary '

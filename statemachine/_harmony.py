@@ -11,7 +11,8 @@ header. The phases and what each token does in them:
 
 A header decides the item (see `_header.py` for the lenient parsing): `to=functions.NAME` on any
 channel (or a bare declared function name) is a function call (bug 52, 53), `to=browser.*` a web
-search call, `to=python` a code interpreter call, any other recipient an MCP call; without a
+search call, `to=python` a code interpreter call, any other recipient an MCP call (unless
+`ignore_recipients_without_tools` and the response declares no tools: bug 54); without a
 recipient `analysis` is reasoning, `final` the answer, `commentary` a preamble message (bug 62),
 and an unknown channel a message, so its text is shown rather than lost (bug 45).
 """
@@ -58,6 +59,11 @@ class HarmonyGrammar:
 
     vocabulary: Vocabulary
     name: str = "harmony"
+    #: Read a message whose header names a recipient by its channel when the response
+    #: declares no tools at all: nothing can answer such a call, and a live model that was
+    #: offered no tools and writes one anyway is hallucinating it (bug 54: vLLM saw bogus
+    #: `mcp_call`s in most responses). Off for replayed traces, whose calls were recorded.
+    ignore_recipients_without_tools: bool = False
     start_id: int = attrs.field(init=False)
     message_id: int = attrs.field(init=False)
     channel_id: int = attrs.field(init=False)
@@ -194,6 +200,8 @@ class HarmonyGrammar:
         self, state: ResponseState, header: Header
     ) -> tuple[ItemKind, str | None, str | None, Literal["commentary", "final_answer"] | None]:
         recipient = header.recipient
+        if self.ignore_recipients_without_tools and not state.response.tools:
+            recipient = None
         if recipient is not None:
             declared = {tool.name for tool in state.response.tools}
             if recipient.startswith("functions."):

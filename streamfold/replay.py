@@ -32,7 +32,14 @@ def grammar_for(header: Mapping[str, Any], base_dir: Path | None = None) -> Gram
             )
         from streamfold.vocab import load_harmony_vocabulary
 
-        return HarmonyGrammar(vocabulary=load_harmony_vocabulary())
+        ignore = header.get("ignore_recipients_without_tools", False)
+        if not isinstance(ignore, bool):
+            raise TraceFormatError(
+                f'"ignore_recipients_without_tools" must be true or false, got {ignore!r}'
+            )
+        return HarmonyGrammar(
+            vocabulary=load_harmony_vocabulary(), ignore_recipients_without_tools=ignore
+        )
     if grammar == "thinktags":
         try:
             from streamfold.thinktags_setup import thinktags_grammar_from_header

@@ -110,6 +110,40 @@ def test_function_call_on_analysis_channel_is_a_call_vllm_pr42454() -> None:
     assert call["type"] == "function_call" and call["name"] == "lookup"
 
 
+def test_recipient_without_declared_tools_is_read_by_channel_vllm_pr51616() -> None:
+    """Bug 54: a live model offered no tools wrote `to=browser.search`; it is no call."""
+    reasoning, message = items_of("recipient_without_declared_tools_is_text_vllm_pr51616")
+    assert reasoning["type"] == "reasoning"
+    assert message["type"] == "message" and message["phase"] == "commentary"
+    assert message["content"][0]["text"] == '{"query":"weather"}'
+
+
+def test_recipients_route_when_tools_are_declared_or_the_option_is_off() -> None:
+    from streamfold.statemachine import FunctionTool, HarmonyGrammar, Response, finish, start, step
+    from streamfold.vocab import harmony_encoding, load_harmony_vocabulary
+
+    tokens = harmony_encoding().encode(
+        "<|channel|>commentary to=functions.get_weather <|constrain|>json<|message|>"
+        '{"city":"Paris"}<|call|>',
+        allowed_special="all",
+    )
+    vocabulary = load_harmony_vocabulary()
+
+    def first_item(grammar: HarmonyGrammar, tools: tuple[FunctionTool, ...]) -> str:
+        response = Response(id="resp_t", created_at=0, model="m", status="in_progress", tools=tools)
+        state, _ = start(grammar, response)
+        for token in tokens:
+            state, _ = step(state, token)
+        _, events = finish(state, "stop")
+        return events[-1].response.output[0].type  # type: ignore[union-attr]
+
+    strict = HarmonyGrammar(vocabulary=vocabulary, ignore_recipients_without_tools=True)
+    weather = FunctionTool(name="get_weather", parameters={"type": "object"})
+    assert first_item(strict, ()) == "message"
+    assert first_item(strict, (weather,)) == "function_call"
+    assert first_item(HarmonyGrammar(vocabulary=vocabulary), ()) == "function_call"
+
+
 def test_unknown_channel_text_is_shown_vllm45736() -> None:
     (message,) = items_of("unknown_channel_keeps_text_vllm45736")
     assert message["content"][0]["text"].startswith("Text on a mistyped channel")
