@@ -157,6 +157,10 @@ async def cancel_response(request: Request) -> Any:
     return JSONResponse(await _service(request).cancel(request.path_params["response_id"]))
 
 
+async def delete_response(request: Request) -> Any:
+    return JSONResponse(await _service(request).delete(request.path_params["response_id"]))
+
+
 async def _request_error(request: Request, exc: Exception) -> JSONResponse:
     assert isinstance(exc, RequestError)
     return _error(exc)
@@ -200,6 +204,7 @@ def create_app(engine: Engine, *, store: EventStore | None = None) -> Starlette:
         routes=[
             Route("/v1/responses", create_response, methods=["POST"]),
             Route("/v1/responses/{response_id}", retrieve_response, methods=["GET"]),
+            Route("/v1/responses/{response_id}", delete_response, methods=["DELETE"]),
             Route("/v1/responses/{response_id}/cancel", cancel_response, methods=["POST"]),
         ],
         exception_handlers={

@@ -55,6 +55,7 @@ log = logging.getLogger("streamfold.server")
 CANCELLED = "the response was cancelled before it finished"
 CLIENT_LEFT = "the client disconnected before the response finished"
 SHUTDOWN = "the server shut down before the response finished"
+DELETED = "the response was deleted before it finished"
 INTERRUPTED = (
     "the server stopped before the response finished (it was ended when the server restarted)"
 )
@@ -412,6 +413,28 @@ class ResponseService:
             await run.done.wait()
             response = _response_of(run.event)
         return response
+
+
+    async def delete(self, response_id: str) -> dict[str, Any]:
+        """Forget a response and its log; a background one still running is cancelled first.
+
+        A foreground response still streaming to its client cannot be deleted (its client
+        holds the stream; close it, or delete once it has finished)."""
+        run = self.live.get(response_id)
+        if run is not None and not run.finished:
+            if not run.background:
+                raise RequestError(
+                    f"response {response_id} is still streaming to its client; close that "
+                    "stream or delete the response once it has finished",
+                    param="response_id",
+                )
+            run.cancel(DELETED)
+            await run.done.wait()
+        elif run is None and await self.store.snapshot(response_id) is None:
+            raise _not_found(response_id)
+        self.live.pop(response_id, None)
+        await self.store.delete(response_id)
+        return {"id": response_id, "object": "response.deleted", "deleted": True}
 
 
 def _response_of(event: str | None) -> dict[str, Any]:

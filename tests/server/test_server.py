@@ -217,6 +217,33 @@ def test_cancel_rules(server: Server) -> None:
     assert server.client.responses.cancel(finished.id).status == "completed"
 
 
+def test_delete_forgets_a_response_and_cancels_a_running_one(server: Server) -> None:
+    finished = server.client.responses.create(model="greeting", input="hi")
+    server.client.responses.delete(finished.id)
+    with pytest.raises(openai.NotFoundError):
+        server.client.responses.retrieve(finished.id)
+    open_before = server.engine.open
+    running = server.client.responses.create(model="slow", input="x", background=True)
+    server.client.responses.delete(running.id)
+    with pytest.raises(openai.NotFoundError):
+        server.client.responses.retrieve(running.id)
+    assert server.engine.open == open_before  # the engine was aborted
+    with pytest.raises(openai.NotFoundError):
+        server.client.responses.delete(running.id)
+    with pytest.raises(openai.NotFoundError):
+        server.client.responses.delete("resp_doesnotexist")
+
+
+def test_a_response_still_streaming_to_its_client_cannot_be_deleted(server: Server) -> None:
+    stream = server.client.responses.create(model="slow", input="x", stream=True)
+    first = next(iter(stream))
+    with pytest.raises(openai.BadRequestError, match="still streaming"):
+        server.client.responses.delete(first.response.id)  # type: ignore[union-attr]
+    events = [first, *stream]
+    assert events[-1].type == "response.completed"
+    server.client.responses.delete(first.response.id)  # type: ignore[union-attr]
+
+
 # --- errors ---------------------------------------------------------------------------------
 
 
