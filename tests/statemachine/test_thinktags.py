@@ -8,32 +8,31 @@ import itertools
 import json
 
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from streamfold.specs.strategies_thinktags import (
     TAGS,
     ExpectedItem,
     ThinkTagCompletion,
-    VocabularyIndex,
     malformed_thinktag_texts,
-    small_vocabulary,
     thinktag_completions,
     tokenizations,
 )
 from streamfold.statemachine import ReducerUsageError, ThinkTagGrammar, to_wire
 from tests.statemachine.thinktags_helpers import (
+    GRAMMAR,
+    IN_REASONING,
+    INDEX,
+    PROPERTY,
+    VOCAB,
     assert_sound,
     run,
     summary,
     terminal_output,
 )
 
-VOCAB = small_vocabulary()
-INDEX = VocabularyIndex(VOCAB)
-GRAMMAR = ThinkTagGrammar(VOCAB)
-IN_REASONING = ThinkTagGrammar(VOCAB, start_in_reasoning=True)
-_SETTINGS = settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+_SETTINGS = PROPERTY
 
 
 def toks(*pieces: str) -> list[int]:

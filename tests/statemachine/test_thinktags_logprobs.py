@@ -16,13 +16,11 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 import attrs
-from hypothesis import HealthCheck, given, settings
+from hypothesis import given
 from hypothesis import strategies as st
 
 from streamfold.specs.strategies_thinktags import (
-    VocabularyIndex,
     malformed_thinktag_texts,
-    small_vocabulary,
     thinktag_completions,
     tokenizations,
 )
@@ -36,13 +34,16 @@ from streamfold.statemachine import (
     start,
     step,
 )
-from tests.statemachine.thinktags_helpers import assert_sound, run
+from tests.statemachine.thinktags_helpers import (
+    GRAMMAR,
+    IN_REASONING,
+    INDEX,
+    PROPERTY,
+    assert_sound,
+    run,
+)
 
-VOCAB = small_vocabulary()
-INDEX = VocabularyIndex(VOCAB)
-GRAMMAR = ThinkTagGrammar(VOCAB)
-IN_REASONING = ThinkTagGrammar(VOCAB, start_in_reasoning=True)
-_SETTINGS = settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+_SETTINGS = PROPERTY
 
 
 def run_with_logprobs(

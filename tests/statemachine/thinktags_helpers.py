@@ -6,11 +6,12 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+from hypothesis import HealthCheck, settings
 from openai import omit
 from openai.lib.streaming.responses._responses import ResponseStreamState
 
 from streamfold.specs import check, format_report
-from streamfold.specs.strategies_thinktags import ExpectedItem
+from streamfold.specs.strategies_thinktags import ExpectedItem, VocabularyIndex, small_vocabulary
 from streamfold.statemachine import (
     Event,
     Response,
@@ -24,6 +25,11 @@ from streamfold.statemachine._reducer import ResponseState
 from tests.sdk_oracle import validate_with_sdk
 
 RESPONSE_ID = "resp_think"
+VOCAB = small_vocabulary()
+INDEX = VocabularyIndex(VOCAB)
+GRAMMAR = ThinkTagGrammar(VOCAB)
+IN_REASONING = ThinkTagGrammar(VOCAB, start_in_reasoning=True)
+PROPERTY = settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
 
 def run(
