@@ -10,7 +10,8 @@ setup(
     ext_modules=[
         Extension(
             "streamfold.statemachine._speedups",
-            sources=["statemachine/_speedups.c"],
+            sources=["statemachine/_speedups.c", "statemachine/_speedups_sse.c"],
+            depends=["statemachine/_speedups.h"],
             optional=True,
         )
     ]

@@ -1,5 +1,7 @@
 /* The reducer's hot path, compiled: one token of text inside an open harmony item.
  *
+ * The module's other half, the SSE frames of plain events, is `_speedups_sse.c`.
+ *
  * Why this exists: `step` runs once per generated token. In Python its hot path (see
  * `HarmonyGrammar.feed` and `_items.grow`) costs 4-6 us per token, nearly all interpreter
  * overhead over about fifteen small operations; here the same work costs well under 1 us
@@ -20,6 +22,8 @@
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 #include <string.h>
+
+#include "_speedups.h"
 
 /* Set once by configure(); owned references, kept for the life of the process. */
 static PyObject *python_step = NULL;  /* the reference implementation: the general path */
@@ -317,224 +321,12 @@ step(PyObject *module, PyObject *const *args, Py_ssize_t nargsf, PyObject *kwnam
     return PyObject_Vectorcall(python_step, args, nargsf, kwnames);
 }
 
-static void
-take(PyObject **slot, PyObject *value)
+/* Keep a strong reference to `value` in `*slot`, releasing what was there. */
+void
+speedups_take(PyObject **slot, PyObject *value)
 {
     Py_XINCREF(value);
     Py_XSETREF(*slot, value);
-}
-
-/* ---- SSE frames of plain events -------------------------------------------------------------
- *
- * A plain event (a delta or a progress event: only str and int fields, see `_wire.plain_plan`)
- * is written straight to its frame, `event: T\ndata: {...}\n\n`, in the generic path's field
- * order and with json.dumps's escaping (ensure_ascii=False: `"`, `\`, and control characters
- * below U+0020; everything else as UTF-8). Anything else goes to the Python `sse_event`.
- */
-static PyObject *python_sse_event = NULL;
-static PyObject *frame_specs = NULL;  /* type -> (head, ((prefix, descr | None, kind), ...)) */
-
-enum { FIELD_LITERAL = 0, FIELD_INT = 1, FIELD_STR = 2, FIELD_EMPTY_LIST = 3 };
-#define MAX_PLAIN_FIELDS 16
-
-/* Write `src` as the inside of a JSON string; returns the end of what was written. */
-static char *
-escape_json(char *dst, const char *src, Py_ssize_t size)
-{
-    static const char hex[] = "0123456789abcdef";
-    for (Py_ssize_t i = 0; i < size; i++) {
-        unsigned char c = (unsigned char)src[i];
-        if (c >= 0x20 && c != '"' && c != '\\') {
-            *dst++ = (char)c;
-            continue;
-        }
-        *dst++ = '\\';
-        switch (c) {
-        case '"': *dst++ = '"'; break;
-        case '\\': *dst++ = '\\'; break;
-        case '\b': *dst++ = 'b'; break;
-        case '\f': *dst++ = 'f'; break;
-        case '\n': *dst++ = 'n'; break;
-        case '\r': *dst++ = 'r'; break;
-        case '\t': *dst++ = 't'; break;
-        default:
-            *dst++ = 'u';
-            *dst++ = '0';
-            *dst++ = '0';
-            *dst++ = hex[c >> 4];
-            *dst++ = hex[c & 0xf];
-        }
-    }
-    return dst;
-}
-
-/* Write `value` in decimal; returns the end of what was written (sprintf costs more than the
- * rest of a frame). */
-static char *
-write_int(char *dst, long long value)
-{
-    char digits[24];
-    int n = 0;
-    unsigned long long magnitude = value < 0 ? 0ULL - (unsigned long long)value
-                                             : (unsigned long long)value;
-    do {
-        digits[n++] = (char)('0' + magnitude % 10);
-        magnitude /= 10;
-    } while (magnitude != 0);
-    if (value < 0) {
-        *dst++ = '-';
-    }
-    while (n > 0) {
-        *dst++ = digits[--n];
-    }
-    return dst;
-}
-
-/* The frame of a plain event; NULL with no error set when the general path must write it. */
-static PyObject *
-frame_plain(PyObject *event, PyObject *spec)
-{
-    PyObject *head = PyTuple_GET_ITEM(spec, 0);
-    PyObject *fields = PyTuple_GET_ITEM(spec, 1);
-    Py_ssize_t n = PyTuple_GET_SIZE(fields);
-    if (n > MAX_PLAIN_FIELDS) {
-        return NULL;
-    }
-    PyObject *values[MAX_PLAIN_FIELDS] = {NULL};
-    PyObject *encoded[MAX_PLAIN_FIELDS] = {NULL};  /* UTF-8 of non-ASCII strings */
-    const char *text[MAX_PLAIN_FIELDS];
-    Py_ssize_t text_size[MAX_PLAIN_FIELDS];
-    long long number[MAX_PLAIN_FIELDS];
-    PyObject *result = NULL;
-    int general = 0;
-    Py_ssize_t size = PyBytes_GET_SIZE(head) + 3;  /* the closing `}\n\n` */
-
-    for (Py_ssize_t i = 0; i < n && !general; i++) {
-        PyObject *field = PyTuple_GET_ITEM(fields, i);
-        PyObject *descr = PyTuple_GET_ITEM(field, 1);
-        long kind = PyLong_AsLong(PyTuple_GET_ITEM(field, 2));
-        size += PyBytes_GET_SIZE(PyTuple_GET_ITEM(field, 0));
-        if (kind == FIELD_LITERAL) {
-            continue;
-        }
-        PyObject *value = Py_TYPE(descr)->tp_descr_get(descr, event, (PyObject *)Py_TYPE(event));
-        if (value == NULL) {
-            goto done;
-        }
-        values[i] = value;
-        if (kind == FIELD_INT) {
-            int overflow = 0;
-            number[i] = PyLong_CheckExact(value) ? PyLong_AsLongLongAndOverflow(value, &overflow)
-                                                 : (general = 1, 0);
-            general |= overflow != 0;
-            size += 24;
-        }
-        else if (kind == FIELD_STR) {
-            if (!PyUnicode_CheckExact(value)) {
-                general = 1;
-            }
-            else if (PyUnicode_IS_ASCII(value)) {
-                text[i] = (const char *)PyUnicode_DATA(value);
-                text_size[i] = PyUnicode_GET_LENGTH(value);
-            }
-            else {
-                encoded[i] = PyUnicode_AsUTF8String(value);
-                if (encoded[i] == NULL) {
-                    PyErr_Clear();  /* a lone surrogate: let Python say what is wrong */
-                    general = 1;
-                }
-                else {
-                    text[i] = PyBytes_AS_STRING(encoded[i]);
-                    text_size[i] = PyBytes_GET_SIZE(encoded[i]);
-                }
-            }
-            if (!general) {
-                size += 2 + 6 * text_size[i];
-            }
-        }
-        else {  /* FIELD_EMPTY_LIST: a delta without logprobs */
-            general = !((PyTuple_CheckExact(value) && PyTuple_GET_SIZE(value) == 0)
-                        || (PyList_CheckExact(value) && PyList_GET_SIZE(value) == 0));
-            size += 2;
-        }
-    }
-    if (general) {
-        goto done;
-    }
-
-    result = PyBytes_FromStringAndSize(NULL, size);
-    if (result == NULL) {
-        goto done;
-    }
-    char *out = PyBytes_AS_STRING(result);
-    memcpy(out, PyBytes_AS_STRING(head), PyBytes_GET_SIZE(head));
-    out += PyBytes_GET_SIZE(head);
-    for (Py_ssize_t i = 0; i < n; i++) {
-        PyObject *field = PyTuple_GET_ITEM(fields, i);
-        PyObject *prefix = PyTuple_GET_ITEM(field, 0);
-        long kind = PyLong_AsLong(PyTuple_GET_ITEM(field, 2));
-        memcpy(out, PyBytes_AS_STRING(prefix), PyBytes_GET_SIZE(prefix));
-        out += PyBytes_GET_SIZE(prefix);
-        if (kind == FIELD_INT) {
-            out = write_int(out, number[i]);
-        }
-        else if (kind == FIELD_STR) {
-            *out++ = '"';
-            out = escape_json(out, text[i], text_size[i]);
-            *out++ = '"';
-        }
-        else if (kind == FIELD_EMPTY_LIST) {
-            *out++ = '[';
-            *out++ = ']';
-        }
-    }
-    memcpy(out, "}\n\n", 3);
-    out += 3;
-    if (_PyBytes_Resize(&result, out - PyBytes_AS_STRING(result)) < 0) {
-        result = NULL;
-    }
-
-done:
-    for (Py_ssize_t i = 0; i < n; i++) {
-        Py_XDECREF(values[i]);
-        Py_XDECREF(encoded[i]);
-    }
-    return result;
-}
-
-static PyObject *
-sse_event(PyObject *module, PyObject *event)
-{
-    (void)module;
-    if (python_sse_event == NULL) {
-        PyErr_SetString(PyExc_RuntimeError,
-                        "streamfold.statemachine._speedups.sse_event used before configure_sse()");
-        return NULL;
-    }
-    PyObject *spec = PyDict_GetItemWithError(frame_specs, (PyObject *)Py_TYPE(event));
-    if (spec != NULL) {
-        PyObject *frame = frame_plain(event, spec);
-        if (frame != NULL || PyErr_Occurred()) {
-            return frame;
-        }
-    }
-    else if (PyErr_Occurred()) {
-        return NULL;
-    }
-    return PyObject_CallOneArg(python_sse_event, event);
-}
-
-static PyObject *
-configure_sse(PyObject *module, PyObject *args)
-{
-    (void)module;
-    PyObject *reference, *specs;
-    if (!PyArg_ParseTuple(args, "OO!:configure_sse", &reference, &PyDict_Type, &specs)) {
-        return NULL;
-    }
-    take(&python_sse_event, reference);
-    take(&frame_specs, specs);
-    Py_RETURN_NONE;
 }
 
 static PyObject *
@@ -554,12 +346,12 @@ configure(PyObject *module, PyObject *args)
         PyErr_SetString(PyExc_TypeError, "configure: the state and item types must be NamedTuples");
         return NULL;
     }
-    take(&python_step, reference);
-    take((PyObject **)&state_type, state_cls);
-    take((PyObject **)&item_type, item_cls);
-    take(&content_phase, content);
-    take(&reasoning_kind, kind);
-    take(&delta_specs, specs);
+    speedups_take(&python_step, reference);
+    speedups_take((PyObject **)&state_type, state_cls);
+    speedups_take((PyObject **)&item_type, item_cls);
+    speedups_take(&content_phase, content);
+    speedups_take(&reasoning_kind, kind);
+    speedups_take(&delta_specs, specs);
     Py_RETURN_NONE;
 }
 
@@ -567,10 +359,10 @@ static PyMethodDef methods[] = {
     {"step", (PyCFunction)(void (*)(void))step, METH_FASTCALL | METH_KEYWORDS,
      "step(state, token, logprob=None, top_logprobs=None)\n--\n\n"
      "`streamfold.statemachine.step` with its text-token hot path compiled."},
-    {"sse_event", sse_event, METH_O,
+    {"sse_event", speedups_sse_event, METH_O,
      "sse_event(event)\n--\n\n"
      "`streamfold.statemachine.sse_event` with plain events written in C."},
-    {"configure_sse", configure_sse, METH_VARARGS,
+    {"configure_sse", speedups_configure_sse, METH_VARARGS,
      "configure_sse(python_sse_event, frame_specs)\n--\n\n"
      "Tell the compiled frame writer the plain events' layouts (statemachine/_accel.py)."},
     {"configure", configure, METH_VARARGS,

@@ -1,0 +1,11 @@
+/* What the two halves of the `_speedups` extension share (see `_speedups.c`). */
+#ifndef STREAMFOLD_SPEEDUPS_H
+#define STREAMFOLD_SPEEDUPS_H
+
+#include <Python.h>
+
+void speedups_take(PyObject **slot, PyObject *value);
+PyObject *speedups_sse_event(PyObject *module, PyObject *event);
+PyObject *speedups_configure_sse(PyObject *module, PyObject *args);
+
+#endif
