@@ -74,6 +74,7 @@ def _compiled() -> tuple[Callable[..., Any], Callable[..., Any]] | None:
         python_step,
         ResponseState,
         _items.OpenItem,
+        _harmony.HarmonyGrammar,
         _harmony.CONTENT_PHASE,
         "reasoning",
         specs,

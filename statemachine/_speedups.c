@@ -29,6 +29,7 @@
 static PyObject *python_step = NULL;  /* the reference implementation: the general path */
 static PyTypeObject *state_type = NULL;  /* ResponseState */
 static PyTypeObject *item_type = NULL;   /* OpenItem */
+static PyTypeObject *grammar_type = NULL; /* HarmonyGrammar exactly: a subclass may override feed */
 static PyObject *content_phase = NULL;   /* HarmonyGrammar's content-phase marker */
 static PyObject *reasoning_kind = NULL;  /* "reasoning": its tokens count as reasoning */
 static PyObject *delta_specs = NULL;     /* kind -> (cls, 4 slot descriptors, ((descr, value), ...)) | None */
@@ -134,6 +135,9 @@ text_step(PyObject *state, PyObject *token)
     }
     PyObject *grammar = PyTuple_GET_ITEM(state, S_GRAMMAR);
     PyObject *table;
+    if (Py_TYPE(grammar) != grammar_type) {
+        return NULL;
+    }
     if (grammar == last_grammar) {
         table = last_table;
         Py_INCREF(table);
@@ -333,9 +337,10 @@ static PyObject *
 configure(PyObject *module, PyObject *args)
 {
     (void)module;
-    PyObject *reference, *state_cls, *item_cls, *content, *kind, *specs;
-    if (!PyArg_ParseTuple(args, "OO!O!OUO!(nnnnnnnn)(nnnnnn):configure", &reference,
-                          &PyType_Type, &state_cls, &PyType_Type, &item_cls, &content, &kind,
+    PyObject *reference, *state_cls, *item_cls, *grammar_cls, *content, *kind, *specs;
+    if (!PyArg_ParseTuple(args, "OO!O!O!OUO!(nnnnnnnn)(nnnnnn):configure", &reference,
+                          &PyType_Type, &state_cls, &PyType_Type, &item_cls, &PyType_Type,
+                          &grammar_cls, &content, &kind,
                           &PyDict_Type, &specs, &S_GRAMMAR, &S_SEQ, &S_OPEN, &S_PARSE,
                           &S_OUTPUT_TOKENS, &S_REASONING_TOKENS, &S_FINISHED, &S_LEN, &I_KIND,
                           &I_ITEM_ID, &I_OUTPUT_INDEX, &I_TEXT, &I_PENDING, &I_LEN)) {
@@ -349,6 +354,7 @@ configure(PyObject *module, PyObject *args)
     speedups_take(&python_step, reference);
     speedups_take((PyObject **)&state_type, state_cls);
     speedups_take((PyObject **)&item_type, item_cls);
+    speedups_take((PyObject **)&grammar_type, grammar_cls);
     speedups_take(&content_phase, content);
     speedups_take(&reasoning_kind, kind);
     speedups_take(&delta_specs, specs);
@@ -366,7 +372,8 @@ static PyMethodDef methods[] = {
      "configure_sse(python_sse_event, frame_specs)\n--\n\n"
      "Tell the compiled frame writer the plain events' layouts (statemachine/_accel.py)."},
     {"configure", configure, METH_VARARGS,
-     "configure(python_step, ResponseState, OpenItem, content_phase, reasoning_kind, "
+     "configure(python_step, ResponseState, OpenItem, HarmonyGrammar, content_phase, "
+     "reasoning_kind, "
      "delta_specs, state_positions, item_positions)\n--\n\n"
      "Tell the compiled path the Python values it works on (statemachine/_accel.py)."},
     {NULL, NULL, 0, NULL},

@@ -9,6 +9,7 @@ def configure(
     python_step: Callable[..., Any],
     state_type: type,
     item_type: type,
+    grammar_type: type,
     content_phase: object,
     reasoning_kind: str,
     delta_specs: dict[str, Any],

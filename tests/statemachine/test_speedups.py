@@ -25,6 +25,7 @@ from streamfold.statemachine import (
     ResponseTextDeltaEvent,
     TextLogprob,
     _accel,
+    _events,
     _reducer,
     _wire,
     dumps,
@@ -277,3 +278,24 @@ def test_compiled_step_keeps_the_text_rope_out_of_the_garbage_collector() -> Non
         rope = rope[0]
     assert len(nodes) > 500
     assert not any(gc.is_tracked(node) for node in nodes)
+
+
+@compiled
+def test_a_grammar_subclass_that_overrides_feed_is_not_bypassed() -> None:
+    """The compiled path copies HarmonyGrammar.feed; a subclass's own feed must still run."""
+    from streamfold.statemachine import HarmonyGrammar
+
+    class Shouting(HarmonyGrammar):
+        def feed(self, state, out, token, logprob, top_logprobs):  # type: ignore[no-untyped-def]
+            if state.open is not None and state.open.kind == "message":
+                out.emit(_events.ResponseTextDeltaEvent, item_id=state.open.item_id,
+                         output_index=state.open.output_index, content_index=0, delta="!")
+            return super().feed(state, out, token, logprob, top_logprobs)
+
+    tokens = harmony_encoding().encode("<|channel|>final<|message|>Hi there", allowed_special="all")
+    state, _ = start(Shouting(vocabulary=GRAMMAR.vocabulary), new_response())
+    deltas = []
+    for token in tokens:
+        state, events = _speedups.step(state, token)
+        deltas += [e.delta for e in events if e.type == "response.output_text.delta"]
+    assert deltas.count("!") == len(tokens) - 3
