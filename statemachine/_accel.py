@@ -25,6 +25,7 @@ from ._wire import sse_event as python_sse_event
 
 __all__ = ["ACCELERATED", "sse_event", "step"]
 
+# The fields the compiled step reads, in the order `configure` takes their positions.
 _STATE_FIELDS = (
     "grammar",
     "seq",
@@ -35,13 +36,12 @@ _STATE_FIELDS = (
     "finished",
 )
 _ITEM_FIELDS = ("kind", "item_id", "output_index", "text", "pending")
-
-
+# How `_speedups_sse.c` writes a field's value (its FIELD_* constants).
 _FIELD_KINDS = {"type": 0, "int": 1, "str": 2, "empty": 3}
 
 
 def _frame_specs() -> dict[type, tuple[bytes, tuple[tuple[bytes, Any, int], ...]]]:
-    """Each plain event's frame as `_speedups.c` writes it: the head, then per field the
+    """Each plain event's frame as `_speedups_sse.c` writes it: the head, then per field the
     bytes before its value (separator and key, or the whole `"type":"..."`), its slot
     descriptor and how to write the value."""
     specs = {}
