@@ -18,6 +18,7 @@ from __future__ import annotations
 import ctypes
 import functools
 import os
+from collections.abc import Callable
 
 __all__ = ["release_idle_openmp_team"]
 
@@ -25,7 +26,7 @@ _OMP_PAUSE_SOFT = 1
 
 
 @functools.cache
-def _pause_all() -> ctypes._CFuncPtr | None:  # type: ignore[name-defined]
+def _pause_all() -> Callable[[int], int] | None:
     import torch
 
     if "OpenMP" not in torch.__config__.parallel_info():
@@ -44,7 +45,7 @@ def _pause_all() -> ctypes._CFuncPtr | None:  # type: ignore[name-defined]
         pause = getattr(lib, "omp_pause_resource_all", None)
         if pause is not None:
             pause.argtypes, pause.restype = [ctypes.c_int], ctypes.c_int
-            return pause
+            return pause  # type: ignore[no-any-return]
     return None
 
 
