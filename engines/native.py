@@ -22,6 +22,7 @@ import anyio.to_thread
 import torch
 from anyio.streams.memory import MemoryObjectSendStream
 
+from ._openmp import release_idle_openmp_team
 from ._source import GenerationRequest, TokenChunk
 from .engine_core import EngineCore
 
@@ -99,6 +100,9 @@ class NativeEngine:
     async def generate(self, request: GenerationRequest) -> AsyncIterator[TokenChunk]:
         if self._closed:
             raise EngineClosedError("this NativeEngine is closed; build a new one")
+        # This (event loop) thread's idle OpenMP team would make libgomp throttle the engine
+        # thread's team (see _openmp); free it each time, as torch work here rebuilds it.
+        release_idle_openmp_team()
         send, receive = anyio.create_memory_object_stream[TokenChunk](math.inf)
         sink = _Sink(send, _poster())
         self._command("add", (request, sink))
