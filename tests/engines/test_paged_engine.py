@@ -208,3 +208,31 @@ def test_requests_that_can_never_fit_finish_with_an_error(model: GptOssModel) ->
     assert "KV cache budget" in (chunk.error or "")
     bad = engine.add_request(_greedy_request(1, [999999], 4))
     assert bad is not None and bad.finish_reason == "error" and "outside" in (bad.error or "")
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="the CUDA path needs a CUDA GPU")
+def test_the_cuda_path_generates_what_the_cpu_path_does(hf_dir: Path, model: GptOssModel) -> None:
+    """Where a GPU is: the same checkpoint on cuda (fp32, no TF32) gives the CPU engine's logits
+    and greedy tokens, batched and paged."""
+    torch.backends.cuda.matmul.allow_tf32 = False
+    torch.backends.cudnn.allow_tf32 = False
+    cuda = GptOssModel.from_pretrained(hf_dir, device="cuda")
+    prompt = _prompts([21], seed=5)[0]
+    logits = {}
+    for name, m in (("cpu", model), ("cuda", cuda)):
+        cache = DenseAttention(m)
+        positions = torch.arange(len(prompt), device=m.device)
+        cache.begin(positions)
+        with torch.no_grad():
+            logits[name] = m(torch.tensor(prompt, device=m.device), positions, cache).cpu()
+    assert torch.allclose(logits["cuda"], logits["cpu"], atol=1e-3)
+
+    prompts = _prompts([3, 9, 17, 30], seed=4)
+
+    def greedy(m: GptOssModel) -> dict[str, list[int]]:
+        engine = EngineCore(m, block_size=4, num_blocks=512)
+        done = engine.run_to_completion([_greedy_request(i, p, 16) for i, p in enumerate(prompts)])
+        return {request_id: _tokens(chunks) for request_id, chunks in done.items()}
+
+    assert greedy(cuda) == greedy(model)
