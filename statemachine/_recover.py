@@ -44,7 +44,7 @@ def _open_item(item: m.OutputItem, output_index: int, text: str) -> OpenItem:
         kind, name, server_label = "mcp_call", item.name, item.server_label
     else:
         raise ReducerUsageError(
-            f"close_interrupted() cannot close an item of type {item.type!r} "  # type: ignore[union-attr]
+            f"close_interrupted() cannot close an item of type {item.type!r} "
             "that the reducer never opens"
         )
     return OpenItem(

@@ -412,7 +412,7 @@ def _run_text(
     if kind == "message" and delta and (earlier or current):
         entries = rope_items(parse.awaiting) if earlier else []
         if current:
-            entries.append(parse.reading[0])  # type: ignore[index]
+            entries.append(parse.reading[0])
         item = append_text_with_logprobs(out, item, delta, entries, state.grammar.vocabulary)
         parse = replace_parse(
             parse,
