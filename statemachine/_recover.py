@@ -4,7 +4,9 @@ A server that stops mid-response (a crash, a kill, a lost machine) leaves a log 
 without a terminal event; clients that retrieve or resume it would wait forever. From the
 events alone, `close_interrupted` writes what the reducer would have written had it been told
 `finish(state, "error")` at that point: the close events of every open item, marked
-`incomplete` and keeping the text its deltas carried, then `response.failed`.
+`incomplete` and keeping the text its deltas carried, then `response.failed`. What the reducer
+held back and never sent is not in the events and cannot be kept: a half-read header, the bytes
+of a half character, and a web search call's arguments (they only ever become its action).
 """
 
 from __future__ import annotations
