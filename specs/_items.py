@@ -72,6 +72,9 @@ class _Item:
 
 
 # Item type -> the text that its own events stream (function arguments, code, ...).
+# The statuses that say an item is over (R26): every output item type's other statuses
+# (`in_progress`, `searching`, `interpreting`, `calling`, `generating`) mean it is still going.
+FINAL_ITEM_STATUSES = frozenset({"completed", "incomplete", "failed"})
 _ITEM_STREAM = {s.item_type: s for s in w.DONES.values() if s.part is None}
 _PART_STREAM = {s.part_type: s for s in w.DONES.values() if s.part is not None}
 
@@ -112,6 +115,10 @@ class Items:
         if index is None or not isinstance(item, Mapping):
             return
         self._check_item_shape(item)
+        status = w.get(item, "status")
+        if status in FINAL_ITEM_STATUSES:
+            self._report("R26", f"output_item.added carries a finished item (status {status!r}); "
+                                "an item is added in_progress and finished by its done event")
         if index in self.by_index:
             first = self.by_index[index]
             self._report("R10", f"output_item.added for output_index {index} again: "
@@ -158,6 +165,10 @@ class Items:
                                 f"{it.done_at})")
             return
         it.done_at, it.done_item = pos, item
+        status = w.get(item, "status")
+        if isinstance(status, str) and status not in FINAL_ITEM_STATUSES:
+            self._report("R26", f"output_item.done carries status {status!r}; a done item is "
+                                f"{', '.join(sorted(FINAL_ITEM_STATUSES))}")
         done_type, done_id = w.get_str(item, "type"), w.get(item, "id")
         if done_type != it.type:
             self._report("R13", f"output_item.done item type {done_type!r} differs from the "

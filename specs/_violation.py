@@ -35,6 +35,7 @@ RULES: dict[str, str] = {
     "R21": "every item and part is done before the terminal lifecycle event",
     "R22": "the terminal response's output equals the done items, in order",
     "R23": "an error event carries a message",
+    "R26": "an item is added unfinished and done finished",
     "R24": "an SSE message's `event:` name equals its data's `type`",
     "R25": "an SSE stream carries JSON events only (no `[DONE]` sentinel)",
 }

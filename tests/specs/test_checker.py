@@ -213,6 +213,25 @@ def test_rejects_call_id_reminted_in_completed_vllm_pr47916() -> None:
     assert {"R20", "R22"} <= rules(events)
 
 
+def test_rejects_an_item_added_already_completed_peers_section_5_1() -> None:
+    # Peers that build the whole item at the end send it added as `completed`.
+    events = good_stream()
+    position = index_of(events, "response.output_item.added", output_index=1)
+    events[position]["item"]["status"] = "completed"
+    found = check(events)
+    assert [(v.rule, v.position) for v in found] == [("R26", position)]
+
+
+def test_rejects_a_done_item_still_in_progress() -> None:
+    # An item "closed" by copying its added event: done, yet still in progress.
+    events = good_stream()
+    position = index_of(events, "response.output_item.done", output_index=1)
+    events[position]["item"]["status"] = "in_progress"
+    events[-1]["response"]["output"][1]["status"] = "in_progress"
+    found = check(events)
+    assert [(v.rule, v.position) for v in found] == [("R26", position)]
+
+
 def test_rejects_duplicate_added_item_sdk_appends_twice() -> None:
     events = good_stream()
     position = index_of(events, "response.output_item.added", output_index=1)
