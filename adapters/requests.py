@@ -6,8 +6,9 @@ The request shapes follow the Responses API (openai-python `response_create_para
 a string or a list of items (messages with string or `input_text`/`output_text` content,
 `function_call`, `function_call_output`, `reasoning`), tools are function tools. Unknown
 top-level fields are ignored, as clients send options this server does not act on (`include`,
-`user`, `text`, ...); a field this server would silently get wrong (`previous_response_id`) or a
-value of the wrong type is refused with the OpenAI error JSON naming the field in `param`.
+`user`, `text`, ...); a value of the wrong type is refused with the OpenAI error JSON naming the
+field in `param`. `previous_response_id` is read here and resolved by the server against its
+store (`server/_conversation.py`).
 """
 
 from __future__ import annotations
@@ -37,6 +38,7 @@ __all__ = [
     "RequestError",
     "TextPart",
     "parse_create_request",
+    "parse_input_items",
 ]
 
 
@@ -308,13 +310,9 @@ def _param(path: str) -> str | None:
 # --- semantic checks -----------------------------------------------------------------------
 
 
-def _check(request: CreateRequest) -> None:
-    if request.previous_response_id is not None:
-        raise RequestError(
-            "previous_response_id is not supported by this server; send the whole conversation "
-            "in `input`",
-            param="previous_response_id",
-        )
+def _check(request: CreateRequest, earlier: tuple[InputItem, ...] = ()) -> None:
+    if request.previous_response_id == "":
+        raise RequestError("previous_response_id must not be empty", param="previous_response_id")
     if not request.model:
         raise RequestError("model must not be empty", param="model")
     if request.temperature is not None and not (0 <= request.temperature <= 2):
@@ -351,7 +349,7 @@ def _check(request: CreateRequest) -> None:
             param="tool_choice.name",
         )
     if isinstance(request.input, tuple):
-        calls: set[str] = set()
+        calls = {item.call_id for item in earlier if isinstance(item, FunctionCallInput)}
         for i, item in enumerate(request.input):
             if isinstance(item, FunctionCallInput):
                 calls.add(item.call_id)
@@ -363,8 +361,13 @@ def _check(request: CreateRequest) -> None:
                 )
 
 
-def parse_create_request(body: Any) -> CreateRequest:
-    """Read a decoded JSON body; raises `RequestError` naming the first bad field."""
+def parse_create_request(body: Any, *, earlier: tuple[InputItem, ...] = ()) -> CreateRequest:
+    """Read a decoded JSON body; raises `RequestError` naming the first bad field.
+
+    `earlier` is the conversation before `input` that `previous_response_id` brought in: the
+    request's `input` is `earlier` followed by the body's items, and an output in the body may
+    answer a call made there. Errors still name the body's own positions.
+    """
     if not isinstance(body, Mapping):
         raise RequestError(f"the request body must be a JSON object, got {_json_type(body)}")
     try:
@@ -374,5 +377,19 @@ def parse_create_request(body: Any) -> CreateRequest:
         message, _, path = first.rpartition(" @ ")
         param = _param(path)
         raise RequestError(f"invalid {param or 'request'}: {message}", param=param) from exc
-    _check(request)
+    _check(request, earlier)
+    if earlier:
+        own = (MessageInput(role="user", content=request.input),) if isinstance(
+            request.input, str
+        ) else request.input
+        request = attrs.evolve(request, input=(*earlier, *own))
     return request
+
+
+def parse_input_items(items: Any) -> tuple[InputItem, ...]:
+    """Input items stored as wire JSON (a conversation a later request continues)."""
+    try:
+        structured: tuple[InputItem, ...] = _converter.structure(items, tuple[InputItem, ...])
+    except cattrs.BaseValidationError as exc:
+        raise RequestError(f"stored input items cannot be read: {exc}") from exc
+    return structured

@@ -23,6 +23,7 @@ from ._sqlite import SQLiteEventStore
 from ._store import (
     EventRecord,
     EventStore,
+    InputStore,
     MemoryEventStore,
     StoredResponse,
     StoreError,
@@ -36,6 +37,7 @@ __all__ = [
     "EventRecord",
     "EventStore",
     "EventStreamResponse",
+    "InputStore",
     "MemoryEventStore",
     "Prepared",
     "ReplayEngine",

@@ -45,8 +45,9 @@ from streamfold.statemachine._reducer import Grammar
 
 from ..prompt import render_prompt, stop_token_ids
 from ..registry import Engine, UnknownModelError
-from ..requests import CreateRequest, RequestError, parse_create_request
-from ._store import EventRecord, EventStore
+from ..requests import CreateRequest, RequestError, parse_create_request, parse_input_items
+from ._conversation import earlier_conversation, input_items
+from ._store import EventRecord, EventStore, InputStore
 
 __all__ = ["Prepared", "ResponseService", "ServiceNotRunningError"]
 
@@ -79,6 +80,9 @@ class Prepared:
     response: Response
     generation: GenerationRequest
     grammar: Grammar
+    # The whole input as wire items (with what `previous_response_id` brought in), kept with
+    # the response so that a later request can follow it.
+    conversation: list[Any] = attrs.Factory(list)
 
 
 @attrs.define(kw_only=True, eq=False)
@@ -210,7 +214,14 @@ class ResponseService:
 
     async def prepare(self, body: Any) -> Prepared:
         """Validate a `POST /v1/responses` body; raises `RequestError` (4xx) naming the field."""
-        request = parse_create_request(body)
+        previous = body.get("previous_response_id") if isinstance(body, dict) else None
+        earlier: list[Any] = []
+        if isinstance(previous, str) and previous:
+            run = self.live.get(previous)
+            running = run is not None and not run.finished
+            earlier = await earlier_conversation(self.store, previous, running=running)
+        request = parse_create_request(body, earlier=parse_input_items(earlier))
+        conversation = [*earlier, *input_items(body["input"])]
         try:
             grammar = self.engine.grammar(request.model)
         except UnknownModelError as exc:
@@ -239,6 +250,7 @@ class ResponseService:
             max_output_tokens=request.max_output_tokens,
             reasoning=request.reasoning or ReasoningConfig(effort="medium"),
             background=bool(request.background),
+            previous_response_id=request.previous_response_id,
         )
         generation = GenerationRequest(
             request_id=response_id,
@@ -248,7 +260,13 @@ class ResponseService:
             sampling=sampling,
             stop_token_ids=stop_token_ids(),
         )
-        return Prepared(request=request, response=response, generation=generation, grammar=grammar)
+        return Prepared(
+            request=request,
+            response=response,
+            generation=generation,
+            grammar=grammar,
+            conversation=conversation,
+        )
 
     # --- driving a response -------------------------------------------------------------
 
@@ -289,10 +307,20 @@ class ResponseService:
                     run.unsaved = True
         return records
 
+    async def _save_input(self, store: InputStore, run: Run, prepared: Prepared) -> None:
+        try:
+            with anyio.CancelScope(shield=True):
+                await store.save_input(run.id, json.dumps(prepared.conversation))
+        except Exception:
+            # Like a failed log write: the response goes on; only following it is lost.
+            log.exception("response %s: the store could not keep its input", run.id)
+
     async def _drive(self, prepared: Prepared, run: Run) -> AsyncGenerator[list[EventRecord], None]:
         generation = Generation(
             self.engine.source, prepared.generation, prepared.grammar, prepared.response
         )
+        if run.keep and isinstance(self.store, InputStore):
+            await self._save_input(self.store, run, prepared)
         try:
             async with contextlib.aclosing(generation.batches()) as batches:
                 async for events in batches:

@@ -40,6 +40,10 @@ CREATE TABLE IF NOT EXISTS event_batches (
     data TEXT NOT NULL,
     PRIMARY KEY (response_id, first_sequence_number)
 ) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS inputs (
+    response_id TEXT PRIMARY KEY,
+    items TEXT NOT NULL
+) WITHOUT ROWID;
 """
 # One row per appended batch, not per event (a statement per event meant a GIL hand-off per
 # event). Wire JSON never holds a raw newline (json.dumps escapes it), so a batch's types and
@@ -185,7 +189,24 @@ class SQLiteEventStore:
         self._db.execute("BEGIN")
         self._db.execute("DELETE FROM event_batches WHERE response_id=?", (response_id,))
         self._db.execute("DELETE FROM responses WHERE id=?", (response_id,))
+        self._db.execute("DELETE FROM inputs WHERE response_id=?", (response_id,))
         self._db.execute("COMMIT")
+
+    async def save_input(self, response_id: str, items: str) -> None:
+        try:
+            self._db.execute("INSERT OR REPLACE INTO inputs VALUES (?, ?)", (response_id, items))
+        except sqlite3.Error as exc:
+            raise StoreError(f"writing the response store {self.path} failed: {exc}") from exc
+
+    def _load_input(self, response_id: str) -> str | None:
+        with self._read_lock:
+            row = self._reader.execute(
+                "SELECT items FROM inputs WHERE response_id=?", (response_id,)
+            ).fetchone()
+        return None if row is None else str(row[0])
+
+    async def load_input(self, response_id: str) -> str | None:
+        return await anyio.to_thread.run_sync(self._load_input, response_id)
 
     async def list(self) -> list[str]:
         return await anyio.to_thread.run_sync(self._list)

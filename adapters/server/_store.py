@@ -21,6 +21,7 @@ __all__ = [
     "LIFECYCLE_EVENT_TYPES",
     "EventRecord",
     "EventStore",
+    "InputStore",
     "MemoryEventStore",
     "StoreError",
     "StoredResponse",
@@ -88,6 +89,19 @@ class EventStore(Protocol):
         """Every stored response id, oldest first."""
 
 
+@runtime_checkable
+class InputStore(Protocol):
+    """What a store also keeps to serve `previous_response_id`: each stored response's whole
+    input (the conversation it answered), as JSON text. Both built-in stores do; an
+    `EventStore` without these methods serves everything else."""
+
+    async def save_input(self, response_id: str, items: str) -> None:
+        """Keep the JSON array of input items `response_id` answered."""
+
+    async def load_input(self, response_id: str) -> str | None:
+        """The JSON array saved for `response_id`, or None."""
+
+
 def _check_order(response_id: str, last: int, records: Sequence[EventRecord]) -> None:
     expected = list(range(last + 1, last + 1 + len(records)))
     if [r.sequence_number for r in records] != expected:
@@ -123,6 +137,7 @@ class MemoryEventStore:
     def __init__(self) -> None:
         self._logs: dict[str, list[EventRecord]] = {}
         self._snapshots: dict[str, StoredResponse] = {}
+        self._inputs: dict[str, str] = {}
 
     async def append(
         self, response_id: str, records: Sequence[EventRecord], *, background: bool = False
@@ -143,6 +158,13 @@ class MemoryEventStore:
     async def delete(self, response_id: str) -> None:
         self._logs.pop(response_id, None)
         self._snapshots.pop(response_id, None)
+        self._inputs.pop(response_id, None)
+
+    async def save_input(self, response_id: str, items: str) -> None:
+        self._inputs[response_id] = items
+
+    async def load_input(self, response_id: str) -> str | None:
+        return self._inputs.get(response_id)
 
     async def list(self) -> list[str]:
         return list(self._logs)

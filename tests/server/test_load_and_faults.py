@@ -136,6 +136,15 @@ def test_a_restarted_server_loses_no_finished_response(trace_dir: Path, tmp_path
             assert not check(parse(log))
         cut = httpx.get(f"{url}/v1/responses/{unfinished.id}").json()
         assert cut["status"] == "cancelled" and "shut down" in cut["error"]["message"]
+        # The conversation a finished response answered survives too: it can be continued.
+        client = OpenAI(base_url=f"{url}/v1", api_key="x", max_retries=0)
+        call = plain.output[-1]
+        follow = client.responses.create(
+            model="greeting",
+            previous_response_id=plain.id,
+            input=[{"type": "function_call_output", "call_id": call.call_id, "output": "18C"}],  # type: ignore[union-attr]
+        )
+        assert follow.status == "completed" and follow.previous_response_id == plain.id
         assert not check(
             parse(httpx.get(f"{url}/v1/responses/{unfinished.id}?stream=true").content)
         )

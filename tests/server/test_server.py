@@ -234,6 +234,56 @@ def test_delete_forgets_a_response_and_cancels_a_running_one(server: Server) -> 
         server.client.responses.delete("resp_doesnotexist")
 
 
+def _prompt_text(server: Server, response_id: str) -> str:
+    (request,) = [r for r in server.engine.requests if r.request_id == response_id]
+    return harmony_encoding().decode(list(request.prompt_token_ids))
+
+
+def test_previous_response_id_continues_the_conversation(server: Server) -> None:
+    """The context of a following request is the earlier input, the earlier output and the
+    new input; chains resolve link by link; instructions are not carried over."""
+    first = server.client.responses.create(
+        model="weather_call", input="Weather in Paris?", instructions="Be brief."
+    )
+    call = first.output[-1]
+    assert call.type == "function_call"
+    second = server.client.responses.create(
+        model="greeting",
+        previous_response_id=first.id,
+        input=[{"type": "function_call_output", "call_id": call.call_id, "output": "18C"}],
+    )
+    assert second.previous_response_id == first.id
+    prompt = _prompt_text(server, second.id)
+    assert prompt.index("Weather in Paris?") < prompt.index("to=functions.get_weather")
+    assert prompt.index("to=functions.get_weather") < prompt.index("18C")
+    assert "Be brief." not in prompt
+    third = server.client.responses.create(
+        model="greeting", previous_response_id=second.id, input="Thanks!"
+    )
+    prompt = _prompt_text(server, third.id)
+    answer = second.output_text
+    assert answer and prompt.index("18C") < prompt.index(answer) < prompt.index("Thanks!")
+    assert "Weather in Paris?" in prompt
+
+
+def test_previous_response_id_must_name_a_finished_stored_response(server: Server) -> None:
+    with pytest.raises(openai.NotFoundError):
+        server.client.responses.create(
+            model="greeting", previous_response_id="resp_doesnotexist", input="hi"
+        )
+    running = server.client.responses.create(model="slow", input="x", background=True)
+    with pytest.raises(openai.BadRequestError, match="still in progress"):
+        server.client.responses.create(
+            model="greeting", previous_response_id=running.id, input="hi"
+        )
+    server.client.responses.cancel(running.id)
+    unstored = server.client.responses.create(model="greeting", input="hi", store=False)
+    with pytest.raises(openai.NotFoundError):
+        server.client.responses.create(
+            model="greeting", previous_response_id=unstored.id, input="hi"
+        )
+
+
 def test_a_response_still_streaming_to_its_client_cannot_be_deleted(server: Server) -> None:
     stream = server.client.responses.create(model="slow", input="x", stream=True)
     first = next(iter(stream))
@@ -281,7 +331,7 @@ def test_a_response_still_streaming_to_its_client_cannot_be_deleted(server: Serv
         ({"model": "greeting", "input": "hi", "metadata": {"k": 1}}, "metadata"),
         ({"model": "greeting", "input": "hi", "background": True, "store": False}, "store"),
         (
-            {"model": "greeting", "input": "hi", "previous_response_id": "resp_1"},
+            {"model": "greeting", "input": "hi", "previous_response_id": ""},
             "previous_response_id",
         ),
     ],

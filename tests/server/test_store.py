@@ -11,6 +11,7 @@ import pytest
 from streamfold.adapters.server import (
     EventRecord,
     EventStore,
+    InputStore,
     MemoryEventStore,
     SQLiteEventStore,
     StoreError,
@@ -84,6 +85,21 @@ async def test_out_of_order_appends_are_refused(
         await store.append("resp_1", then)
     # The refused append left the log as it was.
     assert await store.read("resp_1") == first
+
+
+async def test_inputs_are_kept_replaced_and_deleted_with_their_response(
+    store: EventStore,
+) -> None:
+    assert isinstance(store, InputStore)
+    assert await store.load_input("resp_1") is None
+    await store.append("resp_1", LOG)
+    await store.save_input("resp_1", '[{"role": "user", "content": "hi"}]')
+    await store.save_input("resp_1", '[{"role": "user", "content": "hi again"}]')
+    assert json.loads(await store.load_input("resp_1") or "") == [
+        {"role": "user", "content": "hi again"}
+    ]
+    await store.delete("resp_1")
+    assert await store.load_input("resp_1") is None
 
 
 async def test_sqlite_log_survives_reopening(tmp_path: Path) -> None:
