@@ -22,6 +22,7 @@ from starlette.types import Receive, Scope, Send
 
 from ..registry import Engine
 from ..requests import RequestError
+from ._input_items import DEFAULT_LIMIT
 from ._service import Prepared, ResponseService, ServiceNotRunningError
 from ._store import EventStore, MemoryEventStore
 
@@ -157,6 +158,26 @@ async def cancel_response(request: Request) -> Any:
     return JSONResponse(await _service(request).cancel(request.path_params["response_id"]))
 
 
+async def list_input_items(request: Request) -> Any:
+    query = request.query_params
+    order = query.get("order", "desc")
+    if order not in ("asc", "desc"):
+        raise RequestError(f"order must be asc or desc, got {order!r}", param="order")
+    try:
+        limit = int(query.get("limit", DEFAULT_LIMIT))
+    except ValueError:
+        raise RequestError(
+            f"limit must be an integer, got {query.get('limit')!r}", param="limit"
+        ) from None
+    page = await _service(request).list_input_items(
+        request.path_params["response_id"],
+        after=query.get("after"),
+        limit=limit,
+        order=order,  # type: ignore[arg-type]
+    )
+    return JSONResponse(page)
+
+
 async def delete_response(request: Request) -> Any:
     return JSONResponse(await _service(request).delete(request.path_params["response_id"]))
 
@@ -205,6 +226,9 @@ def create_app(engine: Engine, *, store: EventStore | None = None) -> Starlette:
             Route("/v1/responses", create_response, methods=["POST"]),
             Route("/v1/responses/{response_id}", retrieve_response, methods=["GET"]),
             Route("/v1/responses/{response_id}", delete_response, methods=["DELETE"]),
+            Route(
+                "/v1/responses/{response_id}/input_items", list_input_items, methods=["GET"]
+            ),
             Route("/v1/responses/{response_id}/cancel", cancel_response, methods=["POST"]),
         ],
         exception_handlers={

@@ -23,7 +23,7 @@ import logging
 import time
 import uuid
 from collections.abc import AsyncGenerator, AsyncIterator, Callable
-from typing import Any
+from typing import Any, Literal
 
 import anyio
 import anyio.lowlevel
@@ -47,6 +47,7 @@ from ..prompt import render_prompt, stop_token_ids
 from ..registry import Engine, UnknownModelError
 from ..requests import CreateRequest, RequestError, parse_create_request, parse_input_items
 from ._conversation import earlier_conversation, input_items
+from ._input_items import input_item_page, listed_items
 from ._store import EventRecord, EventStore, InputStore
 
 __all__ = ["Prepared", "ResponseService", "ServiceNotRunningError"]
@@ -463,6 +464,27 @@ class ResponseService:
         self.live.pop(response_id, None)
         await self.store.delete(response_id)
         return {"id": response_id, "object": "response.deleted", "deleted": True}
+
+
+    async def list_input_items(
+        self, response_id: str, *, after: str | None, limit: int, order: Literal["asc", "desc"]
+    ) -> dict[str, Any]:
+        """A page of the input items `response_id` answered (see `_input_items.py`)."""
+        raw = None
+        if isinstance(self.store, InputStore):
+            raw = await self.store.load_input(response_id)
+        if raw is None:
+            if response_id not in self.live and await self.store.snapshot(response_id) is None:
+                raise _not_found(response_id)
+            raise RequestError(
+                f"the input of response {response_id} was not kept (it was made before this "
+                "server kept inputs, or by a store that keeps none)",
+                param="response_id",
+                status=404,
+                code="not_found",
+            )
+        items = listed_items(response_id, json.loads(raw))
+        return input_item_page(items, after=after, limit=limit, order=order)
 
 
 def _response_of(event: str | None) -> dict[str, Any]:

@@ -266,6 +266,34 @@ def test_previous_response_id_continues_the_conversation(server: Server) -> None
     assert "Weather in Paris?" in prompt
 
 
+def test_input_items_list_the_whole_conversation_a_response_answered(server: Server) -> None:
+    first = server.client.responses.create(model="weather_call", input="Weather in Paris?")
+    call = first.output[-1]
+    second = server.client.responses.create(
+        model="greeting",
+        previous_response_id=first.id,
+        input=[{"type": "function_call_output", "call_id": call.call_id, "output": "18C"}],  # type: ignore[union-attr]
+    )
+    # The SDK parses every item into its ResponseItem models; newest first by default.
+    newest_first = list(server.client.responses.input_items.list(second.id))
+    assert [item.type for item in newest_first] == [
+        "function_call_output", "function_call", "reasoning", "message",
+    ]  # fmt: skip
+    assert newest_first[0].output == "18C"  # type: ignore[union-attr]
+    assert newest_first[1].id == call.id and newest_first[1].call_id == call.call_id  # type: ignore[union-attr]
+    assert newest_first[-1].content[0].text == "Weather in Paris?"  # type: ignore[union-attr]
+    # Pages of one follow the cursor to the same items, oldest first with order=asc.
+    paged = list(server.client.responses.input_items.list(second.id, limit=1, order="asc"))
+    assert [item.id for item in paged] == [item.id for item in reversed(newest_first)]
+    assert [item.id for item in server.client.responses.input_items.list(second.id)] == [
+        item.id for item in newest_first
+    ]  # the derived ids are stable
+    with pytest.raises(openai.NotFoundError):
+        server.client.responses.input_items.list("resp_doesnotexist")
+    with pytest.raises(openai.BadRequestError, match="limit"):
+        server.client.responses.input_items.list(second.id, limit=0)
+
+
 def test_previous_response_id_must_name_a_finished_stored_response(server: Server) -> None:
     with pytest.raises(openai.NotFoundError):
         server.client.responses.create(
