@@ -14,7 +14,7 @@ extension exists (to debug, or to measure the difference).
 from __future__ import annotations
 
 import json
-import os
+import os  # the one environment read in statemachine/: at import, to pick an implementation
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
