@@ -379,9 +379,11 @@ def parse_create_request(body: Any, *, earlier: tuple[InputItem, ...] = ()) -> C
         raise RequestError(f"invalid {param or 'request'}: {message}", param=param) from exc
     _check(request, earlier)
     if earlier:
-        own = (MessageInput(role="user", content=request.input),) if isinstance(
-            request.input, str
-        ) else request.input
+        own = (
+            (MessageInput(role="user", content=request.input),)
+            if isinstance(request.input, str)
+            else request.input
+        )
         request = attrs.evolve(request, input=(*earlier, *own))
     return request
 

@@ -226,9 +226,7 @@ def create_app(engine: Engine, *, store: EventStore | None = None) -> Starlette:
             Route("/v1/responses", create_response, methods=["POST"]),
             Route("/v1/responses/{response_id}", retrieve_response, methods=["GET"]),
             Route("/v1/responses/{response_id}", delete_response, methods=["DELETE"]),
-            Route(
-                "/v1/responses/{response_id}/input_items", list_input_items, methods=["GET"]
-            ),
+            Route("/v1/responses/{response_id}/input_items", list_input_items, methods=["GET"]),
             Route("/v1/responses/{response_id}/cancel", cancel_response, methods=["POST"]),
         ],
         exception_handlers={

@@ -443,7 +443,6 @@ class ResponseService:
             response = _response_of(run.event)
         return response
 
-
     async def delete(self, response_id: str) -> dict[str, Any]:
         """Forget a response and its log; a background one still running is cancelled first.
 
@@ -464,7 +463,6 @@ class ResponseService:
         self.live.pop(response_id, None)
         await self.store.delete(response_id)
         return {"id": response_id, "object": "response.deleted", "deleted": True}
-
 
     async def list_input_items(
         self, response_id: str, *, after: str | None, limit: int, order: Literal["asc", "desc"]

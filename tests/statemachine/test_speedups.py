@@ -73,9 +73,7 @@ def fold(
     return trail
 
 
-def assert_same_fold(
-    tokens: Sequence[int], logprobs: Sequence[float | None] | None = None
-) -> None:
+def assert_same_fold(tokens: Sequence[int], logprobs: Sequence[float | None] | None = None) -> None:
     expected = fold(_reducer.step, tokens, logprobs)
     actual = fold(_speedups.step, tokens, logprobs)
     assert len(actual) == len(expected)
@@ -116,8 +114,7 @@ def test_compiled_step_equals_python_step_when_some_tokens_carry_logprobs(
 @PROPERTY
 @given(
     tokens=st.lists(
-        st.integers(0, VOCAB_SIZE - 1)
-        | st.sampled_from(sorted(GRAMMAR.vocabulary.special_ids)),
+        st.integers(0, VOCAB_SIZE - 1) | st.sampled_from(sorted(GRAMMAR.vocabulary.special_ids)),
         max_size=60,
     )
 )
@@ -288,8 +285,13 @@ def test_a_grammar_subclass_that_overrides_feed_is_not_bypassed() -> None:
     class Shouting(HarmonyGrammar):
         def feed(self, state, out, token, logprob, top_logprobs):  # type: ignore[no-untyped-def]
             if state.open is not None and state.open.kind == "message":
-                out.emit(_events.ResponseTextDeltaEvent, item_id=state.open.item_id,
-                         output_index=state.open.output_index, content_index=0, delta="!")
+                out.emit(
+                    _events.ResponseTextDeltaEvent,
+                    item_id=state.open.item_id,
+                    output_index=state.open.output_index,
+                    content_index=0,
+                    delta="!",
+                )
             return super().feed(state, out, token, logprob, top_logprobs)
 
     tokens = harmony_encoding().encode("<|channel|>final<|message|>Hi there", allowed_special="all")

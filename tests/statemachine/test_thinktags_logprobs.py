@@ -92,10 +92,7 @@ def _strip_item_logprobs(event: Event) -> Event:
 
 def delta_logprobs(events: Sequence[Event]) -> list[float]:
     return [
-        lp.logprob
-        for e in events
-        if isinstance(e, ResponseTextDeltaEvent)
-        for lp in e.logprobs
+        lp.logprob for e in events if isinstance(e, ResponseTextDeltaEvent) for lp in e.logprobs
     ]
 
 
