@@ -34,11 +34,12 @@ async def earlier_conversation(
     response's input and its output. A `RequestError` naming `previous_response_id` when that
     response cannot be continued (`running`: it is being generated here now)."""
     param = "previous_response_id"
+    still_running = RequestError(
+        f"response {previous_id} is still in progress; continue it once it has finished",
+        param=param,
+    )
     if running:
-        raise RequestError(
-            f"response {previous_id} is still in progress; continue it once it has finished",
-            param=param,
-        )
+        raise still_running
     if not isinstance(store, InputStore):
         raise RequestError(
             "this server's event store keeps no inputs, so previous_response_id cannot be "
@@ -51,10 +52,7 @@ async def earlier_conversation(
             f"no response with id {previous_id!r}", param=param, status=404, code="not_found"
         )
     if not stored.finished:
-        raise RequestError(
-            f"response {previous_id} is still in progress; continue it once it has finished",
-            param=param,
-        )
+        raise still_running
     earlier = await store.load_input(previous_id)
     if earlier is None:
         raise RequestError(
