@@ -191,6 +191,12 @@ def finish(
         )
     if reason not in _REASONS:
         raise ReducerUsageError(f"finish reason must be one of {_REASONS}, got {reason!r}")
+    if error is not None and not isinstance(error, str):
+        # The wire's `error.message` is a string; anything else would break rule R7.
+        raise ReducerUsageError(
+            f"finish() error must be a message string or None, got {error!r} "
+            f"({type(error).__name__}); pass str(...) of what went wrong"
+        )
     complete = reason == "stop"
     out = Out(state.seq)
     state = state.grammar.flush(state, out, complete)

@@ -46,7 +46,12 @@ class Vocabulary:
 
     def bytes_of(self, token: int) -> bytes:
         """The bytes of `token`; raises `ReducerUsageError` for an id outside the vocabulary."""
-        if not 0 <= token < len(self.token_bytes) or isinstance(token, bool):
+        if isinstance(token, bool) or not isinstance(token, int):
+            raise ReducerUsageError(
+                f"token id {token!r} is a {type(token).__name__}, not an int; pass the engine's "
+                "integer token ids, one per step() call"
+            )
+        if not 0 <= token < len(self.token_bytes):
             raise ReducerUsageError(
                 f"token id {token!r} is outside the {self.name} vocabulary "
                 f"(0..{len(self.token_bytes) - 1}); check that the engine and the reducer use "

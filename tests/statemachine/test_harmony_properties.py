@@ -248,6 +248,22 @@ def test_a_token_outside_the_vocabulary_is_a_typed_error(token: int) -> None:
         step(state, token)
 
 
+@pytest.mark.parametrize("token", ["5", 1.5, None, True, b"5"])
+def test_a_token_that_is_not_an_int_is_a_typed_error(token: object) -> None:
+    """Issue 14: a str, float or None token raised a bare TypeError from a comparison."""
+    state, _ = start(GRAMMAR, new_response())
+    with pytest.raises(ReducerUsageError, match="not an int; pass the engine's integer token"):
+        step(state, token)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("error", [{"x": 1}, 5, b"boom", ["a"]])
+def test_a_finish_error_that_is_not_a_string_is_a_typed_error(error: object) -> None:
+    """Issue 14: `finish(state, "error", {"x": 1})` was accepted and broke rule R7."""
+    state, _ = start(GRAMMAR, new_response())
+    with pytest.raises(ReducerUsageError, match="error must be a message string"):
+        finish(state, "error", error)  # type: ignore[arg-type]
+
+
 def test_an_unknown_finish_reason_is_a_typed_error() -> None:
     state, _ = start(GRAMMAR, new_response())
     with pytest.raises(ReducerUsageError, match="finish reason"):
