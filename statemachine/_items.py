@@ -37,6 +37,7 @@ __all__ = [
     "append_bytes",
     "append_text_with_logprobs",
     "close_item",
+    "emit_opened",
     "grow",
     "open_item",
 ]
@@ -134,12 +135,20 @@ def open_item(
         if kind == "code_interpreter_call"
         else None,
     )
-    where = {"item_id": item_id, "output_index": output_index}
     out.emit(
         ev.ResponseOutputItemAddedEvent,
         output_index=output_index,
         item=_snapshot(item, "", "in_progress", ()),
     )
+    emit_opened(out, item)
+    return item
+
+
+def emit_opened(out: Out, item: OpenItem) -> None:
+    """The events that follow an item's `output_item.added` in the same call: its content part,
+    or its `in_progress` progress event."""
+    kind = item.kind
+    where = {"item_id": item.item_id, "output_index": item.output_index}
     if kind == "message":
         out.emit(
             ev.ResponseContentPartAddedEvent,
@@ -160,7 +169,6 @@ def open_item(
         out.emit(ev.ResponseCodeInterpreterCallInProgressEvent, **where)
     elif kind == "mcp_call":
         out.emit(ev.ResponseMcpCallInProgressEvent, **where)
-    return item
 
 
 def _text_logprob(vocab: Vocabulary, entry: tuple[int, float, Any]) -> m.TextLogprob:

@@ -4,7 +4,14 @@ A server that stops mid-response (a crash, a kill, a lost machine) leaves a log 
 without a terminal event; clients that retrieve or resume it would wait forever. From the
 events alone, `close_interrupted` writes what the reducer would have written had it been told
 `finish(state, "error")` at that point: the close events of every open item, marked
-`incomplete` and keeping the text its deltas carried, then `response.failed`. What the reducer
+`incomplete` and keeping the text its deltas carried, then `response.failed`.
+
+The cut may fall anywhere, also between two events of one reducer call: after
+`response.created` (then `response.in_progress` is still owed), between an item's
+`output_item.added` and its content part or progress event, or halfway through an item's close
+events. Whatever the prefix already holds of an item's open and close events is not sent again;
+the rest is, in the reducer's order. An item whose close had begun as a success (a tool call
+already `completed`) finishes that close as it began. What the reducer
 held back and never sent is not in the events and cannot be kept: a half-read header, the bytes
 of a half character, and a web search call's arguments (they only ever become its action).
 """
@@ -18,7 +25,7 @@ import attrs
 from . import _events as ev
 from . import _model as m
 from ._errors import ReducerUsageError
-from ._items import ItemKind, OpenItem, Out, close_item
+from ._items import ItemKind, OpenItem, Out, close_item, emit_opened
 from ._snapshot import TEXT_DELTAS, snapshot
 from ._vocab import Vocabulary
 
@@ -62,13 +69,42 @@ def _open_item(item: m.OutputItem, output_index: int, text: str) -> OpenItem:
     )
 
 
+# Progress events that only a successful close sends: seeing one means the cut fell inside a
+# close with `complete=True`, which is then finished the same way.
+_SUCCESS_EVENTS = (
+    ev.ResponseWebSearchCallSearchingEvent,
+    ev.ResponseWebSearchCallCompletedEvent,
+    ev.ResponseCodeInterpreterCallInterpretingEvent,
+    ev.ResponseCodeInterpreterCallCompletedEvent,
+    ev.ResponseMcpCallCompletedEvent,
+)
+
+
+def _owed(item: OpenItem, sent: list[ev.Event]) -> list[ev.Event]:
+    """The events of `item` after its `added` that the reducer would still send, given the
+    non-delta ones the prefix already holds (`sent`, in order)."""
+    complete = any(isinstance(e, _SUCCESS_EVENTS) for e in sent)
+    scratch = Out(0)
+    emit_opened(scratch, item)
+    close_item(scratch, item, _NO_VOCABULARY, complete=complete)
+    expected = scratch.events
+    if [type(e) for e in sent] != [type(e) for e in expected[: len(sent)]]:
+        raise ReducerUsageError(
+            f"close_interrupted(): the events of item {item.item_id!r} at output_index "
+            f"{item.output_index} are not the reducer's ({[e.type for e in sent]}); it only "
+            "closes streams the reducer wrote"
+        )
+    return expected[len(sent) :]
+
+
 def close_interrupted(events: Iterable[ev.Event], error: str) -> list[ev.Event]:
-    """The events that end a stream cut off after `events`: open items closed as
+    """The events that end a stream cut off after `events`, at any event: what the reducer
+    still owed (`response.in_progress`, an item's content part), open items closed as
     `incomplete` with the text they carried, then `response.failed` with `error` as its
     message. Sequence numbers continue the stream's.
 
-    Raises `ReducerUsageError` for a stream that did not start with `response.created` or
-    that already ended.
+    Raises `ReducerUsageError` for a stream that did not start with `response.created`, that
+    already ended, or whose item events are not the reducer's.
     """
     events = list(events)
     if not events or not isinstance(events[0], ev.ResponseCreatedEvent):
@@ -79,27 +115,29 @@ def close_interrupted(events: Iterable[ev.Event], error: str) -> list[ev.Event]:
         raise ReducerUsageError("close_interrupted(): the stream already has its terminal event")
     added: dict[int, m.OutputItem] = {}
     texts: dict[int, list[str]] = {}
+    sent: dict[int, list[ev.Event]] = {}
     for event in events:
         if isinstance(event, ev.ResponseOutputItemAddedEvent):
             added[event.output_index] = event.item
+            sent[event.output_index] = []
         elif isinstance(event, ev.ResponseOutputItemDoneEvent):
             added.pop(event.output_index, None)
         elif isinstance(event, TEXT_DELTAS):
             texts.setdefault(event.output_index, []).append(event.delta)
-    out = Out(events[-1].sequence_number + 1)
-    closed = {
-        index: close_item(
-            out,
-            _open_item(item, index, "".join(texts.get(index, ()))),
-            _NO_VOCABULARY,
-            complete=False,
-        )
-        for index, item in sorted(added.items())
-    }
+        elif getattr(event, "output_index", None) in sent:
+            sent[event.output_index].append(event)  # type: ignore[union-attr]
+    owed: list[ev.Event] = []
+    if not any(isinstance(e, ev.ResponseInProgressEvent) for e in events):
+        owed.append(ev.ResponseInProgressEvent(sequence_number=0, response=events[0].response))
+    closed: dict[int, m.OutputItem] = {}
+    for index, item in sorted(added.items()):
+        tail = _owed(_open_item(item, index, "".join(texts.get(index, ()))), sent[index])
+        owed += tail
+        closed[index] = tail[-1].item  # type: ignore[union-attr]
     so_far = snapshot(events)
     output = tuple(closed.get(index, item) for index, item in enumerate(so_far.output))
-    out.emit(
-        ev.ResponseFailedEvent,
+    failed = ev.ResponseFailedEvent(
+        sequence_number=0,
         response=attrs.evolve(
             so_far,
             status="failed",
@@ -107,4 +145,5 @@ def close_interrupted(events: Iterable[ev.Event], error: str) -> list[ev.Event]:
             error=m.ResponseError(code="server_error", message=error),
         ),
     )
-    return out.events
+    first = events[-1].sequence_number + 1
+    return [attrs.evolve(e, sequence_number=first + n) for n, e in enumerate([*owed, failed])]
