@@ -20,9 +20,8 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from streamfold.engines import TokenSource
-
-from .sglang_source import build_sglang_engine
-from .vllm_source import build_vllm_engine
+from streamfold.engines.sglang import build_sglang_engine
+from streamfold.engines.vllm import build_vllm_engine
 
 __all__ = [
     "ENGINE_BUILDERS",

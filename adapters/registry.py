@@ -76,7 +76,7 @@ class ReplayEngine:
 
     @functools.cache  # noqa: B019 - one engine per server; traces are few and small
     def _source(self, model: str) -> tuple[ReplaySource, Grammar]:
-        from streamfold.replay import grammar_for
+        from streamfold.adapters.grammars import grammar_for
 
         served = self.directory.models()
         if model not in served:  # also keeps `x.golden` (expected events, not a trace) out
@@ -133,8 +133,8 @@ def _harmony_grammar(model: str) -> Grammar:
     """Every model served live (vLLM, SGLang, native) is read as gpt-oss (harmony). A live
     model offered no tools that writes a tool call anyway is hallucinating it: its message is
     read by channel (bug 54)."""
+    from streamfold.engines.vocab import load_harmony_vocabulary
     from streamfold.statemachine import HarmonyGrammar
-    from streamfold.vocab import load_harmony_vocabulary
 
     return HarmonyGrammar(
         vocabulary=load_harmony_vocabulary(), ignore_recipients_without_tools=True
@@ -165,7 +165,7 @@ def _gpu_engine(name: str) -> EngineFactory:
 
 def native_engine(args: argparse.Namespace) -> Engine:
     """The native gpt-oss engine on `--model DIR` (a checkpoint; `streamfold init-model`)."""
-    from streamfold.engines.cli_native import build_native_engine, native_engine_options
+    from streamfold._init_model import build_native_engine, native_engine_options
 
     model = getattr(args, "model", None)
     if not model:

@@ -27,10 +27,10 @@ from pathlib import Path
 import torch
 
 from streamfold.engines import GenerationRequest, SamplingParams
-from streamfold.engines.engine_core import EngineCore
-from streamfold.engines.gptoss_model import GptOssModel
-from streamfold.engines.native import NativeEngine
-from streamfold.engines.paged_attention import PagedKVCache
+from streamfold.engines.native.core import EngineCore
+from streamfold.engines.native.engine import NativeEngine
+from streamfold.engines.native.gptoss.model import GptOssModel
+from streamfold.engines.native.paged_attention import PagedKVCache
 
 
 def build_checkpoint(path: Path, args: argparse.Namespace) -> object:

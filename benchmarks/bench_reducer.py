@@ -38,10 +38,10 @@ from openai.types.responses import (
 from openai.types.responses.response_reasoning_item import Content
 from openai_harmony import Role, StreamableParser
 
+from streamfold.engines.vocab import harmony_encoding, load_harmony_vocabulary
 from streamfold.statemachine import HarmonyGrammar, Response, _accel, finish, start
 from streamfold.statemachine._reducer import step as python_step
 from streamfold.statemachine._wire import sse_event as python_sse_event
-from streamfold.vocab import harmony_encoding, load_harmony_vocabulary
 
 PARAGRAPH = (
     "The quick brown fox jumps over the lazy dog; streaming 🎉 tokens, naïve café, 你好世界. "

@@ -39,7 +39,7 @@ ROOT = Path(__file__).resolve().parents[1]
 
 def write_trace(directory: Path, tokens: int) -> None:
     from streamfold.engines import TokenChunk, dump_trace
-    from streamfold.vocab import harmony_encoding
+    from streamfold.engines.vocab import harmony_encoding
 
     enc = harmony_encoding()
     header = enc.encode("<|channel|>final<|message|>", allowed_special="all")

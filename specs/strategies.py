@@ -140,7 +140,7 @@ _KINDS: tuple[Kind, ...] = (
 @st.composite
 def harmony_completions(draw: st.DrawFn, max_messages: int = 4) -> HarmonyCompletion:
     """A completion as gpt-oss writes it after the prompt's `<|start|>assistant`."""
-    from streamfold.vocab import harmony_encoding
+    from streamfold.engines.vocab import harmony_encoding
 
     kinds = draw(st.lists(st.sampled_from(_KINDS), min_size=1, max_size=max_messages))
     messages = tuple(draw(_message(kind)) for kind in kinds)

@@ -7,14 +7,14 @@ from ._accel import sse_event, step
 from ._errors import ReducerUsageError, StreamfoldError, VocabularyError, WireFormatError
 from ._events import *  # noqa: F403
 from ._events import __all__ as _events_all
-from ._harmony import HarmonyGrammar
+from ._grammars.harmony import HarmonyGrammar
+from ._grammars.thinktags import ThinkTagGrammar
 from ._model import *  # noqa: F403
 from ._model import __all__ as _model_all
 from ._recover import close_interrupted
 from ._reducer import FinishReason, ResponseState, finish, start
 from ._snapshot import snapshot
 from ._sse import SSEFramingError, SSEMessage, SSEParser, parse_sse, sse_frame
-from ._thinktags import ThinkTagGrammar
 from ._vocab import Vocabulary
 from ._wire import dumps, from_wire, loads, structure, to_wire
 

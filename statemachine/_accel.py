@@ -18,7 +18,8 @@ import os  # the one environment read in statemachine/: at import, to pick an im
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from . import _harmony, _items, _wire
+from . import _items, _wire
+from ._grammars import harmony as _harmony
 from ._reducer import ResponseState
 from ._reducer import step as python_step
 from ._wire import sse_event as python_sse_event

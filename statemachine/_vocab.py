@@ -1,7 +1,7 @@
 """A token vocabulary as a plain value: token id -> bytes, and which ids are special.
 
 The reducer decodes tokens through this table alone, so it needs no tokenizer library at run
-time. Loading one from disk is I/O and lives outside the pure core (`streamfold.vocab`).
+time. Loading one from disk is I/O and lives outside the pure core (`streamfold.engines.vocab`).
 """
 
 from __future__ import annotations

@@ -29,8 +29,8 @@ def _add_replay(subparsers: argparse._SubParsersAction[argparse.ArgumentParser])
 
 
 def _run_replay(args: argparse.Namespace) -> int:
+    from streamfold.adapters.grammars import iter_replay
     from streamfold.engines import TraceFormatError, read_trace
-    from streamfold.replay import iter_replay
     from streamfold.statemachine import StreamfoldError, dumps, sse_event
 
     try:
@@ -57,15 +57,15 @@ def _parser() -> argparse.ArgumentParser:
     )
     subparsers = parser.add_subparsers(dest="command", required=True)
     try:
-        from streamfold.specs.cli_check import add_check_parser
+        from streamfold._check import add_check_parser
     except ImportError:
         pass
     else:
         add_check_parser(subparsers)
     _add_replay(subparsers)
-    from streamfold.adapters.serve import add_serve_parser
-    from streamfold.engines.cli_native import add_init_model_parser
-    from streamfold.record import add_record_parser
+    from streamfold._init_model import add_init_model_parser
+    from streamfold._record import add_record_parser
+    from streamfold._serve import add_serve_parser
 
     add_serve_parser(subparsers)
     add_record_parser(subparsers)

@@ -8,6 +8,7 @@ from openai import omit
 from openai.lib.streaming.responses._responses import ResponseStreamState
 from openai.types.responses import Response as SdkResponse
 
+from streamfold.engines.vocab import load_harmony_vocabulary
 from streamfold.specs import check, format_report
 from streamfold.statemachine import (
     Event,
@@ -18,7 +19,6 @@ from streamfold.statemachine import (
     step,
     to_wire,
 )
-from streamfold.vocab import load_harmony_vocabulary
 from tests.sdk_oracle import validate_with_sdk
 
 GRAMMAR = HarmonyGrammar(vocabulary=load_harmony_vocabulary())

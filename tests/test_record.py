@@ -7,9 +7,9 @@ from pathlib import Path
 import attrs
 import pytest
 
+from streamfold.adapters.grammars import replay_events
 from streamfold.cli import main
 from streamfold.engines import read_trace
-from streamfold.replay import replay_events
 from streamfold.statemachine import dumps
 
 

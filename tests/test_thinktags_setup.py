@@ -11,8 +11,11 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from streamfold.adapters.grammars import grammar_for, replay_events
+from streamfold.adapters.thinktags_setup import ThinkTagsHeaderError, thinktags_grammar_from_header
 from streamfold.engines import read_trace
-from streamfold.replay import grammar_for, replay_events
+from streamfold.engines.vocab import load_o200k_base_vocabulary
+from streamfold.engines.vocab_hf import gpt2_unicode_to_byte, load_tokenizer_json
 from streamfold.specs.strategies_thinktags import (
     ExpectedItem,
     ThinkTagCompletion,
@@ -21,9 +24,6 @@ from streamfold.specs.strategies_thinktags import (
     tokenizations,
 )
 from streamfold.statemachine import ThinkTagGrammar, VocabularyError
-from streamfold.thinktags_setup import ThinkTagsHeaderError, thinktags_grammar_from_header
-from streamfold.vocab import load_o200k_base_vocabulary
-from streamfold.vocab_hf import gpt2_unicode_to_byte, load_tokenizer_json
 from tests.statemachine.thinktags_helpers import assert_sound, run, summary
 
 TRACES = Path(__file__).parents[1] / "specs" / "traces"

@@ -5,7 +5,6 @@ Needs the `server` extra (starlette, uvicorn). `create_app(engine, store=...)` i
 with `MemoryEventStore` and `SQLiteEventStore`.
 """
 
-from ..prompt import render_prompt, stop_token_ids
 from ..registry import (
     ENGINES,
     Engine,
@@ -15,8 +14,6 @@ from ..registry import (
     bundled_traces_dir,
     replay_engine,
 )
-from ..requests import CreateRequest, RequestError, parse_create_request
-from ..serve import add_serve_parser, default_store_path, run_serve
 from ._app import EventStreamResponse, create_app
 from ._service import Prepared, ResponseService, ServiceNotRunningError
 from ._sqlite import SQLiteEventStore
@@ -28,6 +25,8 @@ from ._store import (
     StoredResponse,
     StoreError,
 )
+from .prompt import render_prompt, stop_token_ids
+from .requests import CreateRequest, RequestError, parse_create_request
 
 __all__ = [
     "ENGINES",
@@ -48,13 +47,10 @@ __all__ = [
     "StoreError",
     "StoredResponse",
     "UnknownModelError",
-    "add_serve_parser",
     "bundled_traces_dir",
     "create_app",
-    "default_store_path",
     "parse_create_request",
     "render_prompt",
     "replay_engine",
-    "run_serve",
     "stop_token_ids",
 ]

@@ -21,10 +21,10 @@ from starlette.routing import Route
 from starlette.types import Receive, Scope, Send
 
 from ..registry import Engine
-from ..requests import RequestError
 from ._input_items import DEFAULT_LIMIT
 from ._service import Prepared, ResponseService, ServiceNotRunningError
 from ._store import EventStore, MemoryEventStore
+from .requests import RequestError
 
 __all__ = ["EventStreamResponse", "create_app"]
 

@@ -13,8 +13,8 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from ..requests import RequestError
 from ._store import EventStore, InputStore
+from .requests import RequestError
 
 __all__ = ["CARRIED_ITEM_TYPES", "earlier_conversation", "input_items"]
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from ..requests import RequestError
+from .requests import RequestError
 
 __all__ = ["DEFAULT_LIMIT", "input_item_page", "listed_items"]
 

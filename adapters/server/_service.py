@@ -43,12 +43,12 @@ from streamfold.statemachine import (
 )
 from streamfold.statemachine._reducer import Grammar
 
-from ..prompt import render_prompt, stop_token_ids
 from ..registry import Engine, UnknownModelError
-from ..requests import CreateRequest, RequestError, parse_create_request, parse_input_items
 from ._conversation import earlier_conversation, input_items
 from ._input_items import input_item_page, listed_items
 from ._store import EventRecord, EventStore, InputStore
+from .prompt import render_prompt, stop_token_ids
+from .requests import CreateRequest, RequestError, parse_create_request, parse_input_items
 
 __all__ = ["Prepared", "ResponseService", "ServiceNotRunningError"]
 

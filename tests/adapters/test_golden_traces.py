@@ -15,8 +15,8 @@ import pytest
 import streamfold.specs
 from streamfold.adapters import SGLangTokenSource, VLLMTokenSource, sglang_rid
 from streamfold.adapters.driver import stream_events
+from streamfold.adapters.grammars import grammar_for, replay_events, response_for
 from streamfold.engines import GenerationRequest, Trace, read_trace
-from streamfold.replay import grammar_for, replay_events, response_for
 
 from . import fakes_sglang, fakes_vllm
 

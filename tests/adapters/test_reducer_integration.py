@@ -35,7 +35,7 @@ Source = VLLMTokenSource | SGLangTokenSource
 
 @cache
 def grammar() -> HarmonyGrammar:
-    from streamfold.vocab import load_harmony_vocabulary
+    from streamfold.engines.vocab import load_harmony_vocabulary
 
     return HarmonyGrammar(vocabulary=load_harmony_vocabulary())
 
@@ -45,7 +45,7 @@ def completions() -> dict[str, list[int]]:
     """Completion token ids as gpt-oss emits them after the prompt's `<|start|>assistant`."""
     from openai_harmony import Message, Role
 
-    from streamfold.vocab import harmony_encoding
+    from streamfold.engines.vocab import harmony_encoding
 
     enc = harmony_encoding()
 

@@ -9,8 +9,7 @@ from pathlib import Path
 import anyio
 import pytest
 
-from streamfold.engines import GenerationRequest, SamplingParams, TokenChunk, read_trace
-from streamfold.engines.cli_native import (
+from streamfold._init_model import (
     add_init_model_parser,
     add_native_engine_arguments,
     build_native_engine,
@@ -18,7 +17,8 @@ from streamfold.engines.cli_native import (
     record_trace,
     run_init_model,
 )
-from streamfold.engines.gptoss_config import load_config
+from streamfold.engines import GenerationRequest, SamplingParams, TokenChunk, read_trace
+from streamfold.engines.native.gptoss.config import load_config
 
 HARMONY_PROMPT = (200006, 1428, 200008, 12194, 200007, 200006, 173781)  # <|start|>user...
 
@@ -95,7 +95,7 @@ def test_record_trace_of_a_stream_without_finish_is_an_error(tmp_path: Path) -> 
 
 
 def test_mxfp4_init_model_runs_with_packed_experts(tmp_path: Path) -> None:
-    from streamfold.engines.init_model import init_model
+    from streamfold.engines.native.gptoss.init_model import init_model
 
     root = init_model(tmp_path / "m", vocab_size=1024, mxfp4=True)
     parser = argparse.ArgumentParser()

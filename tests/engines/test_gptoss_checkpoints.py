@@ -11,15 +11,15 @@ import torch
 from gptoss_tiny import WINDOW, make_hf_model
 from safetensors.torch import load_file, save_file
 
-from streamfold.engines.gptoss_errors import (
+from streamfold.engines.native.gptoss.errors import (
     ConfigError,
     MissingTensorError,
     TensorShapeError,
     UnsupportedDtypeError,
     UnsupportedQuantizationError,
 )
-from streamfold.engines.gptoss_model import DenseAttention, GptOssModel
-from streamfold.engines.mxfp4 import dequantize_mxfp4, quantize_mxfp4
+from streamfold.engines.native.gptoss.model import DenseAttention, GptOssModel
+from streamfold.engines.native.gptoss.mxfp4 import dequantize_mxfp4, quantize_mxfp4
 
 ATOL = 1e-4
 IDS = torch.randint(0, 512, (3 * WINDOW,), generator=torch.Generator().manual_seed(9))

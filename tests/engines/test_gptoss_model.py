@@ -10,7 +10,7 @@ import torch
 from gptoss_tiny import WINDOW, make_hf_model, save
 
 from streamfold.engines import gptoss_model
-from streamfold.engines.gptoss_model import DenseAttention, GptOssModel
+from streamfold.engines.native.gptoss.model import DenseAttention, GptOssModel
 
 ATOL = 1e-4
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from streamfold.engines.kv_blocks import FREED, BlockManager, OutOfBlocksError
+from streamfold.engines.native.kv_blocks import FREED, BlockManager, OutOfBlocksError
 
 
 def test_full_group_takes_one_block_per_block_size_tokens_and_frees_all() -> None:

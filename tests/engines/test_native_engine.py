@@ -10,9 +10,9 @@ import anyio
 import pytest
 
 from streamfold.engines import GenerationRequest, SamplingParams, TokenChunk, TokenSource
-from streamfold.engines.engine_core import EngineCore
-from streamfold.engines.gptoss_model import GptOssModel
-from streamfold.engines.native import NativeEngine
+from streamfold.engines.native.core import EngineCore
+from streamfold.engines.native.engine import NativeEngine
+from streamfold.engines.native.gptoss.model import GptOssModel
 
 
 @pytest.fixture(scope="module")

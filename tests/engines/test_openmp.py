@@ -22,7 +22,7 @@ pytestmark = pytest.mark.skipif(
 # Runs in a fresh interpreter: the test process's own threads would blur the counts.
 _PROBE = """
 import os, threading, time, torch
-from streamfold.engines._openmp import release_idle_openmp_team
+from streamfold.engines.native._openmp import release_idle_openmp_team
 
 def tasks():
     return len(os.listdir("/proc/self/task"))

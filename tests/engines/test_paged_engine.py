@@ -12,9 +12,9 @@ import torch
 from gptoss_tiny import WINDOW
 
 from streamfold.engines import GenerationRequest, SamplingParams, TokenChunk
-from streamfold.engines.engine_core import EngineCore
-from streamfold.engines.gptoss_model import DenseAttention, GptOssModel
-from streamfold.engines.paged_attention import PagedAttention, PagedKVCache, StepSequence
+from streamfold.engines.native.core import EngineCore
+from streamfold.engines.native.gptoss.model import DenseAttention, GptOssModel
+from streamfold.engines.native.paged_attention import PagedAttention, PagedKVCache, StepSequence
 
 ATOL = 1e-4
 

@@ -11,8 +11,8 @@ import anyio
 
 from streamfold.engines import GenerationRequest, TokenChunk, dump_trace, parse_trace
 from streamfold.engines._trace import Trace
+from streamfold.engines.vocab import harmony_encoding
 from streamfold.statemachine import TERMINAL_EVENT_TYPES, to_wire
-from streamfold.vocab import harmony_encoding
 
 GREETING = (
     "<|channel|>analysis<|message|>User greets. Answer briefly.<|end|>"

@@ -13,8 +13,8 @@ import anyio
 import pytest
 
 from streamfold.adapters.driver import Generation, stream_events, stream_sse
+from streamfold.adapters.grammars import grammar_for, replay_events
 from streamfold.engines import GenerationRequest, ReplaySource, TokenChunk
-from streamfold.replay import grammar_for, replay_events
 from streamfold.statemachine import Response, dumps
 
 from .helpers import GREETING, LONG_ANSWER, CountingSource, assert_conformant, encode, make_trace

@@ -12,12 +12,12 @@ pytest.importorskip("torch")
 
 from openai import OpenAI
 
+from streamfold.adapters.grammars import replay_events
 from streamfold.adapters.registry import ENGINES, EngineSetupError
 from streamfold.adapters.server import MemoryEventStore, create_app
 from streamfold.cli import main
 from streamfold.engines import read_trace
-from streamfold.engines.init_model import init_model
-from streamfold.replay import replay_events
+from streamfold.engines.native.gptoss.init_model import init_model
 from streamfold.specs import check, format_report
 
 from .serving import serve

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from streamfold.adapters.server import RequestError, parse_create_request, render_prompt
-from streamfold.vocab import harmony_encoding
+from streamfold.engines.vocab import harmony_encoding
 
 TOOL = {"type": "function", "name": "lookup", "parameters": {"type": "object", "properties": {}}}
 

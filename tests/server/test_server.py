@@ -8,7 +8,7 @@ import httpx
 import openai
 import pytest
 
-from streamfold.vocab import harmony_encoding
+from streamfold.engines.vocab import harmony_encoding
 
 from .conftest import Server
 from .helpers import assert_conformant

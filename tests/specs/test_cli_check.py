@@ -11,8 +11,8 @@ from typing import Any
 
 import pytest
 
+from streamfold._check import add_check_parser, main, run_check
 from streamfold.specs import UnreadableStreamError, read_stream
-from streamfold.specs.cli_check import add_check_parser, main, run_check
 from streamfold.statemachine._sse import sse_frame
 from tests.specs.wire_streams import good_stream, index_of, renumber
 
@@ -125,14 +125,14 @@ def test_subcommand_wiring_and_stdin() -> None:
     args = parser.parse_args(["check"])
     assert args.run is run_check and args.file == "-"
     done = subprocess.run(
-        [sys.executable, "-m", "streamfold.specs.cli_check", "-"],
+        [sys.executable, "-m", "streamfold._check", "-"],
         input=as_jsonl(good_stream()),
         capture_output=True,
         check=False,
     )
     assert done.returncode == 0, done.stderr
     broken = subprocess.run(
-        [sys.executable, "-m", "streamfold.specs.cli_check"],
+        [sys.executable, "-m", "streamfold._check"],
         input=as_jsonl([1, 2]),
         capture_output=True,
         check=False,

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
+from streamfold.engines.vocab import harmony_encoding, load_harmony_vocabulary
 from streamfold.specs import check, format_report
 from streamfold.statemachine import HarmonyGrammar, Response, finish, start, step
-from streamfold.vocab import harmony_encoding, load_harmony_vocabulary
 
 _CALL = (
     "<|channel|>analysis<|message|>User asks for the weather. Call the tool.<|end|>"

@@ -10,9 +10,9 @@ from typing import Any
 import pytest
 
 import streamfold.specs
+from streamfold.adapters.grammars import iter_replay
 from streamfold.cli import main as cli_main
 from streamfold.engines import read_trace
-from streamfold.replay import iter_replay
 from streamfold.statemachine import dumps
 
 TRACES = Path(streamfold.specs.__file__).parent / "traces"
@@ -119,8 +119,8 @@ def test_recipient_without_declared_tools_is_read_by_channel_vllm_pr51616() -> N
 
 
 def test_recipients_route_when_tools_are_declared_or_the_option_is_off() -> None:
+    from streamfold.engines.vocab import harmony_encoding, load_harmony_vocabulary
     from streamfold.statemachine import FunctionTool, HarmonyGrammar, Response, finish, start, step
-    from streamfold.vocab import harmony_encoding, load_harmony_vocabulary
 
     tokens = harmony_encoding().encode(
         "<|channel|>commentary to=functions.get_weather <|constrain|>json<|message|>"

@@ -10,8 +10,9 @@ from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 from openai_harmony import Role
 
+from streamfold.adapters.grammars import iter_replay
 from streamfold.engines import TokenChunk, Trace
-from streamfold.replay import iter_replay
+from streamfold.engines.vocab import harmony_encoding
 from streamfold.specs.strategies import HarmonyCompletion, chunkings, harmony_completions
 from streamfold.statemachine import (
     ReducerUsageError,
@@ -21,7 +22,6 @@ from streamfold.statemachine import (
     start,
     step,
 )
-from streamfold.vocab import harmony_encoding
 from tests.harmony_helpers import (
     GRAMMAR,
     assert_conformant,

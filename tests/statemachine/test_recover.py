@@ -78,7 +78,7 @@ def test_a_stream_cut_after_any_step_is_closed_conformantly(
 
 
 def test_a_whole_message_cut_mid_text_keeps_its_text() -> None:
-    from streamfold.vocab import harmony_encoding
+    from streamfold.engines.vocab import harmony_encoding
 
     tokens = harmony_encoding().encode(
         "<|channel|>final<|message|>The weather in Paris is", allowed_special="all"

@@ -19,6 +19,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from streamfold.engines.vocab import harmony_encoding
 from streamfold.specs.strategies import HarmonyCompletion, harmony_completions
 from streamfold.statemachine import (
     ReducerUsageError,
@@ -32,7 +33,6 @@ from streamfold.statemachine import (
     finish,
     start,
 )
-from streamfold.vocab import harmony_encoding
 from tests.harmony_helpers import GRAMMAR, new_response
 
 try:

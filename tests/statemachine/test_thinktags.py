@@ -162,7 +162,7 @@ def test_unclosed_tool_call_at_stop_is_read_whole_or_kept_as_text() -> None:
 
 
 def test_call_whose_name_is_past_the_head_limit_is_read_whole() -> None:
-    from streamfold.statemachine._hermes import HEAD_LIMIT
+    from streamfold.statemachine._grammars.hermes import HEAD_LIMIT
 
     name = "n" * HEAD_LIMIT
     text = f'<tool_call>{{"name": "{name}", "parameters": {{"a":1}}}}</tool_call>'
@@ -256,7 +256,7 @@ def test_item_text_is_its_run_without_whitespace_at_either_end() -> None:
 
 def test_long_blank_run_is_released_in_blocks_whatever_the_chunking() -> None:
     from streamfold.statemachine import Vocabulary
-    from streamfold.statemachine._thinktags import BLANK_LIMIT
+    from streamfold.statemachine._grammars.thinktags import BLANK_LIMIT
 
     vocab = Vocabulary(name="blanks", token_bytes=(b"a", b" ", b" " * 100, b" " * 300, b"<think>b"))
     grammar = ThinkTagGrammar(vocab)

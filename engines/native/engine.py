@@ -22,9 +22,9 @@ import anyio.to_thread
 import torch
 from anyio.streams.memory import MemoryObjectSendStream
 
+from .._source import GenerationRequest, TokenChunk
 from ._openmp import release_idle_openmp_team
-from ._source import GenerationRequest, TokenChunk
-from .engine_core import EngineCore
+from .core import EngineCore
 
 __all__ = ["EngineClosedError", "NativeEngine"]
 

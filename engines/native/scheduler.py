@@ -17,7 +17,7 @@ from typing import Literal
 
 import attrs
 
-from ._source import GenerationRequest
+from .._source import GenerationRequest
 from .kv_blocks import BlockManager
 
 __all__ = ["Scheduler", "Sequence"]

@@ -30,7 +30,7 @@ Finish reasons: "stop" (with the matched id or string as `stop_reason`) and "len
 themselves; "abort" without a status code is a client abort and maps to "abort"; "abort" with a
 status code (400 for a rejected request, 500/503 for server errors) and anything else end the
 stream as "error" with SGLang's message. Engine exceptions become a final error chunk (see
-`streamfold.adapters._engine_stream`).
+`streamfold.engines._engine_stream`).
 """
 
 from __future__ import annotations

@@ -30,7 +30,7 @@ def grammar_for(header: Mapping[str, Any], base_dir: Path | None = None) -> Gram
             raise TraceFormatError(
                 f'harmony traces use "encoding": "o200k_harmony", got {encoding!r}'
             )
-        from streamfold.vocab import load_harmony_vocabulary
+        from streamfold.engines.vocab import load_harmony_vocabulary
 
         ignore = header.get("ignore_recipients_without_tools", False)
         if not isinstance(ignore, bool):
@@ -42,7 +42,7 @@ def grammar_for(header: Mapping[str, Any], base_dir: Path | None = None) -> Gram
         )
     if grammar == "thinktags":
         try:
-            from streamfold.thinktags_setup import thinktags_grammar_from_header
+            from streamfold.adapters.thinktags_setup import thinktags_grammar_from_header
         except ImportError as exc:  # pragma: no cover - present once issue 4 lands
             raise TraceFormatError("this build has no think-tag grammar") from exc
         return thinktags_grammar_from_header(dict(header), base_dir=base_dir)

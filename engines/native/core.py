@@ -11,9 +11,9 @@ from pathlib import Path
 
 import torch
 
-from ._source import FinishReason, GenerationRequest, TokenChunk
-from .gptoss_model import GptOssModel
-from .gptoss_weights import ExpertMode
+from .._source import FinishReason, GenerationRequest, TokenChunk
+from .gptoss.model import GptOssModel
+from .gptoss.weights import ExpertMode
 from .paged_attention import PagedAttention, PagedKVCache, StepSequence
 from .sampler import make_generator, sample
 from .scheduler import Scheduler, Sequence

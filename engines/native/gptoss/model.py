@@ -22,8 +22,8 @@ import attrs
 import torch
 import torch.nn.functional as F
 
-from .gptoss_config import GptOssConfig, load_config
-from .gptoss_weights import ExpertMode, GptOssWeights, LayerWeights, load_weights
+from .config import GptOssConfig, load_config
+from .weights import ExpertMode, GptOssWeights, LayerWeights, load_weights
 
 __all__ = ["AttentionBackend", "DenseAttention", "GptOssModel", "attend"]
 

@@ -16,7 +16,7 @@ from typing import Any
 
 import attrs
 
-from .gptoss_errors import ConfigError, UnsupportedQuantizationError
+from .errors import ConfigError, UnsupportedQuantizationError
 
 __all__ = ["GptOssConfig", "RopeConfig", "load_config"]
 

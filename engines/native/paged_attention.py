@@ -19,8 +19,8 @@ from collections.abc import Sequence
 import attrs
 import torch
 
-from .gptoss_config import GptOssConfig
-from .gptoss_model import attend
+from .gptoss.config import GptOssConfig
+from .gptoss.model import attend
 from .kv_blocks import BlockManager
 
 __all__ = ["PagedAttention", "PagedKVCache", "StepSequence"]

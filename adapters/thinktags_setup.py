@@ -32,7 +32,7 @@ class ThinkTagsHeaderError(VocabularyError, ValueError):
 
 @functools.cache
 def _tokenizer_vocabulary(resolved: str) -> Vocabulary:
-    from streamfold.vocab_hf import load_tokenizer_json
+    from streamfold.engines.vocab_hf import load_tokenizer_json
 
     return load_tokenizer_json(resolved)
 
@@ -55,11 +55,11 @@ def _vocabulary(header: dict[str, Any], base_dir: Path) -> Vocabulary:
             path = base_dir / path
         return _tokenizer_vocabulary(str(path.resolve()))
     if encoding == "o200k_base":
-        from streamfold.vocab import load_o200k_base_vocabulary
+        from streamfold.engines.vocab import load_o200k_base_vocabulary
 
         return load_o200k_base_vocabulary()
     if encoding == "o200k_harmony":
-        from streamfold.vocab import load_harmony_vocabulary
+        from streamfold.engines.vocab import load_harmony_vocabulary
 
         return load_harmony_vocabulary()
     if encoding is not None:

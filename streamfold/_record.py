@@ -21,7 +21,7 @@ ENGINES = ("native", "vllm", "sglang", "replay")
 
 
 def add_record_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    from streamfold.engines.cli_native import add_native_engine_arguments
+    from streamfold._init_model import add_native_engine_arguments
 
     p = subparsers.add_parser(
         "record",
@@ -69,8 +69,8 @@ def _prompt_ids(args: argparse.Namespace) -> tuple[int, ...]:
                 f"--prompt-token-ids must be comma-separated integers, got "
                 f"{args.prompt_token_ids!r}"
             ) from exc
-    from streamfold.adapters.prompt import render_prompt
-    from streamfold.adapters.requests import parse_create_request
+    from streamfold.adapters.server.prompt import render_prompt
+    from streamfold.adapters.server.requests import parse_create_request
 
     body: dict[str, Any] = {"model": args.model, "input": args.prompt}
     if args.instructions:
@@ -81,10 +81,10 @@ def _prompt_ids(args: argparse.Namespace) -> tuple[int, ...]:
 
 
 async def _record(args: argparse.Namespace, request: Any, header: dict[str, Any]) -> str:
-    from streamfold.engines.cli_native import record_trace
+    from streamfold._init_model import record_trace
 
     if args.engine == "native":
-        from streamfold.engines.cli_native import build_native_engine, native_engine_options
+        from streamfold._init_model import build_native_engine, native_engine_options
 
         with build_native_engine(args.model, **native_engine_options(args)) as engine:
             return await record_trace(engine, request, args.output, header)
@@ -108,7 +108,7 @@ def run_record(args: argparse.Namespace) -> int:
 
     try:
         prompt = _prompt_ids(args)
-        from streamfold.adapters.prompt import stop_token_ids
+        from streamfold.adapters.server.prompt import stop_token_ids
 
         request = GenerationRequest(
             request_id=f"rec-{uuid.uuid4().hex[:12]}",

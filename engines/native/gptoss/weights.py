@@ -18,8 +18,8 @@ from typing import Any, Literal
 import attrs
 import torch
 
-from .gptoss_config import GptOssConfig
-from .gptoss_errors import (
+from .config import GptOssConfig
+from .errors import (
     CheckpointError,
     MissingTensorError,
     TensorShapeError,

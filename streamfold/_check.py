@@ -2,13 +2,13 @@
 
 Wiring into the `streamfold` console script:
 
-    from streamfold.specs.cli_check import add_check_parser, run_check
+    from streamfold._check import add_check_parser, run_check
     add_check_parser(subparsers)       # registers `check`, sets `run=run_check`
     ...
     return args.run(args)
 
 Exit status: 0 conformant, 1 not conformant, 2 unreadable input (no such file, not JSON, not
-a stream). Also runnable alone: `python -m streamfold.specs.cli_check FILE`.
+a stream). Also runnable alone: `python -m streamfold._check FILE`.
 """
 
 from __future__ import annotations
@@ -20,8 +20,8 @@ from typing import Any
 
 import attrs
 
-from ._reading import UnreadableStreamError, check_bytes
-from ._violation import RULES, format_report
+from streamfold.specs._reading import UnreadableStreamError, check_bytes
+from streamfold.specs._violation import RULES, format_report
 
 __all__ = ["add_check_parser", "main", "run_check"]
 

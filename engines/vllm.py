@@ -20,7 +20,7 @@ Finish reasons (vllm/v1/engine/__init__.py `FINISH_REASON_STRINGS`, "stop", "len
 "error", "repetition"): "stop", "length" and "abort" map to themselves, with `stop_reason` (the
 stop token id or stop string; None for the model's EOS) kept on "stop"; every other reason ends
 the stream as `"error"` with a message naming it. Engine exceptions become a final error chunk
-(see `streamfold.adapters._engine_stream`). Closing the chunk stream early aborts the request with
+(see `streamfold.engines._engine_stream`). Closing the chunk stream early aborts the request with
 `engine.abort(request_id)`.
 """
 

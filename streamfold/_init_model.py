@@ -16,10 +16,10 @@ import json
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ._source import GenerationRequest, TokenSource
+from streamfold.engines._source import GenerationRequest, TokenSource
 
 if TYPE_CHECKING:
-    from .native import NativeEngine
+    from streamfold.engines.native.engine import NativeEngine
 
 __all__ = [
     "add_init_model_parser",
@@ -51,7 +51,7 @@ def add_init_model_parser(subparsers: Any) -> argparse.ArgumentParser:
 
 
 def run_init_model(args: argparse.Namespace) -> int:
-    from .init_model import init_model
+    from streamfold.engines.native.gptoss.init_model import init_model
 
     root = init_model(
         args.model_dir,
@@ -109,8 +109,8 @@ def build_native_engine(
     """Load `model_dir` and return a `NativeEngine` (close it, or use it as a context manager)."""
     import torch
 
-    from .engine_core import EngineCore
-    from .native import NativeEngine
+    from streamfold.engines.native.core import EngineCore
+    from streamfold.engines.native.engine import NativeEngine
 
     torch_dtype = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
     if dtype not in torch_dtype:

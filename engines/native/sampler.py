@@ -11,7 +11,7 @@ from __future__ import annotations
 import attrs
 import torch
 
-from ._source import SamplingParams
+from .._source import SamplingParams
 
 __all__ = ["Sample", "make_generator", "sample"]
 

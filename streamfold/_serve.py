@@ -25,7 +25,7 @@ def default_store_path() -> Path:
 def add_serve_parser(
     subparsers: argparse._SubParsersAction[argparse.ArgumentParser],
 ) -> argparse.ArgumentParser:
-    from .registry import ENGINES
+    from streamfold.adapters.registry import ENGINES
 
     p = subparsers.add_parser(
         "serve",
@@ -67,7 +67,7 @@ def add_serve_parser(
         f"{default_store_path()}); ':memory:' keeps nothing across restarts",
     )
     p.add_argument("--log-level", default="info", choices=("debug", "info", "warning", "error"))
-    from streamfold.engines.cli_native import add_native_engine_arguments
+    from streamfold._init_model import add_native_engine_arguments
 
     add_native_engine_arguments(p)
     p.set_defaults(run=run_serve)
@@ -84,10 +84,14 @@ def run_serve(args: argparse.Namespace) -> int:
             file=sys.stderr,
         )
         return 2
+    from streamfold.adapters.registry import ENGINES
+    from streamfold.adapters.server import (
+        EventStore,
+        MemoryEventStore,
+        SQLiteEventStore,
+        create_app,
+    )
     from streamfold.statemachine import StreamfoldError
-
-    from .registry import ENGINES
-    from .server import EventStore, MemoryEventStore, SQLiteEventStore, create_app
 
     try:
         engine = ENGINES[args.engine](args)

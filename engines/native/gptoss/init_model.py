@@ -13,7 +13,7 @@ from typing import Literal
 
 import torch
 
-from .engine_core import GPT_OSS_STOP_TOKEN_IDS
+from ..core import GPT_OSS_STOP_TOKEN_IDS
 from .mxfp4 import quantize_mxfp4
 
 __all__ = ["init_model"]
