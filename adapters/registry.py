@@ -15,6 +15,7 @@ import importlib.util
 from collections.abc import AsyncIterator, Callable
 from importlib import resources
 from pathlib import Path
+from typing import Any
 
 import attrs
 
@@ -38,6 +39,7 @@ __all__ = [
     "ReplayEngine",
     "UnknownModelError",
     "bundled_traces_dir",
+    "native_engine_options",
     "replay_engine",
 ]
 
@@ -163,9 +165,20 @@ def _gpu_engine(name: str) -> EngineFactory:
     return factory
 
 
+def native_engine_options(args: argparse.Namespace) -> dict[str, Any]:
+    return {
+        "device": args.device,
+        "dtype": args.dtype,
+        "kv_cache_mb": args.kv_cache_mb,
+        "block_size": args.block_size,
+        "max_num_seqs": args.max_num_seqs,
+        "experts": args.experts,
+    }
+
+
 def native_engine(args: argparse.Namespace) -> Engine:
     """The native gpt-oss engine on `--model DIR` (a checkpoint; `streamfold init-model`)."""
-    from streamfold._init_model import build_native_engine, native_engine_options
+    from streamfold.engines.native import build_native_engine
 
     model = getattr(args, "model", None)
     if not model:

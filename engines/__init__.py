@@ -3,8 +3,6 @@ native gpt-oss engine. Importing this package never imports torch."""
 
 from typing import Any
 
-from streamfold._init_model import build_native_engine, record_trace
-
 from ._source import (
     FinishReason,
     GenerationRequest,
@@ -12,7 +10,16 @@ from ._source import (
     TokenChunk,
     TokenSource,
 )
-from ._trace import Trace, TraceFormatError, dump_trace, parse_trace, read_trace, write_trace
+from ._trace import (
+    Trace,
+    TraceFormatError,
+    dump_trace,
+    parse_trace,
+    read_trace,
+    record_trace,
+    write_trace,
+)
+from .native import build_native_engine
 from .native.gptoss.config import GptOssConfig, RopeConfig, load_config
 from .native.gptoss.errors import (
     CheckpointError,
@@ -27,14 +34,14 @@ from .replay import ReplaySource, TraceDirectorySource, UnknownTraceError
 
 # Names whose modules import torch: resolved on first attribute access only.
 _LAZY = {
-    "GptOssModel": ".gptoss_model",
-    "DenseAttention": ".gptoss_model",
-    "EngineCore": ".engine_core",
-    "NativeEngine": ".native",
-    "init_model": ".init_model",
-    "dequantize_mxfp4": ".mxfp4",
-    "quantize_mxfp4": ".mxfp4",
-    "load_weights": ".gptoss_weights",
+    "GptOssModel": ".native.gptoss.model",
+    "DenseAttention": ".native.gptoss.model",
+    "EngineCore": ".native.core",
+    "NativeEngine": ".native.engine",
+    "init_model": ".native.gptoss.init_model",
+    "dequantize_mxfp4": ".native.gptoss.mxfp4",
+    "quantize_mxfp4": ".native.gptoss.mxfp4",
+    "load_weights": ".native.gptoss.weights",
 }
 
 __all__ = [

@@ -24,9 +24,17 @@ import attrs
 
 from streamfold.statemachine import StreamfoldError
 
-from ._source import FINISH_REASONS, FinishReason, TokenChunk
+from ._source import FINISH_REASONS, FinishReason, GenerationRequest, TokenChunk, TokenSource
 
-__all__ = ["Trace", "TraceFormatError", "dump_trace", "parse_trace", "read_trace", "write_trace"]
+__all__ = [
+    "Trace",
+    "TraceFormatError",
+    "dump_trace",
+    "parse_trace",
+    "read_trace",
+    "record_trace",
+    "write_trace",
+]
 
 _REQUIRED = {"grammar": str, "response_id": str, "model": str, "created_at": int}
 
@@ -148,3 +156,43 @@ def write_trace(path: str | os.PathLike[str], trace: Trace) -> None:
     Path(path).write_text(
         dump_trace(trace.header, trace.chunks, trace.finish_reason, trace.error), encoding="utf-8"
     )
+
+
+async def record_trace(
+    source: TokenSource, request: GenerationRequest, path: str | Path, header: dict[str, Any]
+) -> str:
+    """Run `request` on `source` and write its trace to `path`; returns the finish reason.
+
+    Line 1 is `header` plus `prompt_token_ids`; then one `{"token_ids": [...]}` line per chunk
+    (with `"logprobs"` when the chunk has them); last `{"finish_reason": ...}` (plus `"error"`
+    for an error). Each line is flushed as it is made, so a cut-off run leaves a trace that
+    replay can tell was cut off.
+    """
+    first = {k: v for k, v in header.items() if k != "request"}
+    first["prompt_token_ids"] = list(request.prompt_token_ids)
+    if "request" in header:
+        first["request"] = header["request"]
+    finish: dict[str, Any] = {"finish_reason": "error", "error": "the stream ended without one"}
+    with open(path, "w", encoding="utf-8") as out:
+        out.write(json.dumps(first) + "\n")
+        out.flush()
+        stream = source.generate(request)
+        try:
+            async for chunk in stream:
+                if chunk.token_ids:
+                    line: dict[str, Any] = {"token_ids": list(chunk.token_ids)}
+                    if chunk.logprobs is not None:
+                        line["logprobs"] = list(chunk.logprobs)
+                    out.write(json.dumps(line) + "\n")
+                    out.flush()
+                if chunk.finish_reason is not None:
+                    finish = {"finish_reason": chunk.finish_reason}
+                    if chunk.error:
+                        finish["error"] = chunk.error
+                    break
+        finally:
+            aclose = getattr(stream, "aclose", None)
+            if aclose is not None:
+                await aclose()
+        out.write(json.dumps(finish) + "\n")
+    return str(finish["finish_reason"])

@@ -1,32 +1,20 @@
-"""CLI glue for the native engine: `streamfold init-model`, engine options, trace recording.
+"""`streamfold init-model DIR`, and the native engine's command-line flags.
 
-`streamfold/cli.py` wires these in (this module adds no sub-command by itself):
 * `add_init_model_parser(subparsers)` / `run_init_model(args)` for `streamfold init-model DIR`;
-* `add_native_engine_arguments(parser)` and `native_engine_options(args)` for the flags that
-  `record --engine native` and `serve --engine native` share, and
-  `build_native_engine(model_dir, **options)` to build the engine from them;
-* `record_trace(source, request, path, header)` writes the JSON-lines trace `replay` reads.
+* `add_native_engine_arguments(parser)` for the flags that `record --engine native` and
+  `serve --engine native` share (`streamfold.adapters.registry.native_engine_options` reads
+  them; `streamfold.engines.native.build_native_engine` builds the engine).
 Importing this module does not import torch.
 """
 
 from __future__ import annotations
 
 import argparse
-import json
-from pathlib import Path
-from typing import TYPE_CHECKING, Any
-
-from streamfold.engines._source import GenerationRequest, TokenSource
-
-if TYPE_CHECKING:
-    from streamfold.engines.native.engine import NativeEngine
+from typing import Any
 
 __all__ = [
     "add_init_model_parser",
     "add_native_engine_arguments",
-    "build_native_engine",
-    "native_engine_options",
-    "record_trace",
     "run_init_model",
 ]
 
@@ -83,85 +71,3 @@ def add_native_engine_arguments(parser: argparse.ArgumentParser) -> None:
         default="dequantize",
         help="MXFP4 experts: dequantize on load, or keep packed and dequantize per use",
     )
-
-
-def native_engine_options(args: argparse.Namespace) -> dict[str, Any]:
-    return {
-        "device": args.device,
-        "dtype": args.dtype,
-        "kv_cache_mb": args.kv_cache_mb,
-        "block_size": args.block_size,
-        "max_num_seqs": args.max_num_seqs,
-        "experts": args.experts,
-    }
-
-
-def build_native_engine(
-    model_dir: str | Path,
-    *,
-    device: str = "cpu",
-    dtype: str = "float32",
-    kv_cache_mb: int | None = None,
-    block_size: int = 16,
-    max_num_seqs: int = 64,
-    experts: str = "dequantize",
-) -> NativeEngine:
-    """Load `model_dir` and return a `NativeEngine` (close it, or use it as a context manager)."""
-    import torch
-
-    from streamfold.engines.native.core import EngineCore
-    from streamfold.engines.native.engine import NativeEngine
-
-    torch_dtype = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
-    if dtype not in torch_dtype:
-        raise ValueError(f"dtype {dtype!r} is not one of {sorted(torch_dtype)}")
-    core = EngineCore.from_pretrained(
-        model_dir,
-        device=device,
-        dtype=torch_dtype[dtype],
-        experts=experts,  # type: ignore[arg-type]
-        block_size=block_size,
-        kv_cache_bytes=None if kv_cache_mb is None else kv_cache_mb * 2**20,
-        max_num_seqs=max_num_seqs,
-    )
-    return NativeEngine(core)
-
-
-async def record_trace(
-    source: TokenSource, request: GenerationRequest, path: str | Path, header: dict[str, Any]
-) -> str:
-    """Run `request` on `source` and write its trace to `path`; returns the finish reason.
-
-    Line 1 is `header` plus `prompt_token_ids`; then one `{"token_ids": [...]}` line per chunk
-    (with `"logprobs"` when the chunk has them); last `{"finish_reason": ...}` (plus `"error"`
-    for an error). Each line is flushed as it is made, so a cut-off run leaves a trace that
-    replay can tell was cut off.
-    """
-    first = {k: v for k, v in header.items() if k != "request"}
-    first["prompt_token_ids"] = list(request.prompt_token_ids)
-    if "request" in header:
-        first["request"] = header["request"]
-    finish: dict[str, Any] = {"finish_reason": "error", "error": "the stream ended without one"}
-    with open(path, "w", encoding="utf-8") as out:
-        out.write(json.dumps(first) + "\n")
-        out.flush()
-        stream = source.generate(request)
-        try:
-            async for chunk in stream:
-                if chunk.token_ids:
-                    line: dict[str, Any] = {"token_ids": list(chunk.token_ids)}
-                    if chunk.logprobs is not None:
-                        line["logprobs"] = list(chunk.logprobs)
-                    out.write(json.dumps(line) + "\n")
-                    out.flush()
-                if chunk.finish_reason is not None:
-                    finish = {"finish_reason": chunk.finish_reason}
-                    if chunk.error:
-                        finish["error"] = chunk.error
-                    break
-        finally:
-            aclose = getattr(stream, "aclose", None)
-            if aclose is not None:
-                await aclose()
-        out.write(json.dumps(finish) + "\n")
-    return str(finish["finish_reason"])

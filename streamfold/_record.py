@@ -81,10 +81,11 @@ def _prompt_ids(args: argparse.Namespace) -> tuple[int, ...]:
 
 
 async def _record(args: argparse.Namespace, request: Any, header: dict[str, Any]) -> str:
-    from streamfold._init_model import record_trace
+    from streamfold.engines import record_trace
 
     if args.engine == "native":
-        from streamfold._init_model import build_native_engine, native_engine_options
+        from streamfold.adapters.registry import native_engine_options
+        from streamfold.engines.native import build_native_engine
 
         with build_native_engine(args.model, **native_engine_options(args)) as engine:
             return await record_trace(engine, request, args.output, header)

@@ -1,0 +1,46 @@
+"""The native gpt-oss engine (torch extra): `engine` (the `NativeEngine` token source), `core`,
+`scheduler`, `kv_blocks`, `paged_attention`, `sampler`, and the model itself in `gptoss/`.
+
+Importing this package does not import torch; `build_native_engine` imports it when called.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from .engine import NativeEngine
+
+__all__ = ["build_native_engine"]
+
+
+def build_native_engine(
+    model_dir: str | Path,
+    *,
+    device: str = "cpu",
+    dtype: str = "float32",
+    kv_cache_mb: int | None = None,
+    block_size: int = 16,
+    max_num_seqs: int = 64,
+    experts: str = "dequantize",
+) -> NativeEngine:
+    """Load `model_dir` and return a `NativeEngine` (close it, or use it as a context manager)."""
+    import torch
+
+    from .core import EngineCore
+    from .engine import NativeEngine
+
+    torch_dtype = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+    if dtype not in torch_dtype:
+        raise ValueError(f"dtype {dtype!r} is not one of {sorted(torch_dtype)}")
+    core = EngineCore.from_pretrained(
+        model_dir,
+        device=device,
+        dtype=torch_dtype[dtype],
+        experts=experts,  # type: ignore[arg-type]
+        block_size=block_size,
+        kv_cache_bytes=None if kv_cache_mb is None else kv_cache_mb * 2**20,
+        max_num_seqs=max_num_seqs,
+    )
+    return NativeEngine(core)

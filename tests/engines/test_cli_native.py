@@ -12,12 +12,17 @@ import pytest
 from streamfold._init_model import (
     add_init_model_parser,
     add_native_engine_arguments,
-    build_native_engine,
-    native_engine_options,
-    record_trace,
     run_init_model,
 )
-from streamfold.engines import GenerationRequest, SamplingParams, TokenChunk, read_trace
+from streamfold.adapters.registry import native_engine_options
+from streamfold.engines import (
+    GenerationRequest,
+    SamplingParams,
+    TokenChunk,
+    read_trace,
+    record_trace,
+)
+from streamfold.engines.native import build_native_engine
 from streamfold.engines.native.gptoss.config import load_config
 
 HARMONY_PROMPT = (200006, 1428, 200008, 12194, 200007, 200006, 173781)  # <|start|>user...

@@ -9,7 +9,7 @@ import pytest
 import torch
 from gptoss_tiny import WINDOW, make_hf_model, save
 
-from streamfold.engines import gptoss_model
+from streamfold.engines.native.gptoss import model as gptoss_model
 from streamfold.engines.native.gptoss.model import DenseAttention, GptOssModel
 
 ATOL = 1e-4
