@@ -37,7 +37,7 @@ from streamfold.statemachine import (
     start,
     step,
 )
-from streamfold.statemachine._reducer import FinishReason, Grammar
+from streamfold.statemachine._grammar import FinishReason, Grammar
 from streamfold.statemachine._sse import sse_frame
 
 __all__ = [

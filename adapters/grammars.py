@@ -16,7 +16,7 @@ from streamfold.statemachine import (
     start,
     step,
 )
-from streamfold.statemachine._reducer import Grammar
+from streamfold.statemachine._grammar import Grammar
 
 __all__ = ["grammar_for", "iter_replay", "replay_events", "response_for"]
 

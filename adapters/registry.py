@@ -28,7 +28,7 @@ from streamfold.engines import (
     TraceFormatError,
 )
 from streamfold.statemachine import StreamfoldError
-from streamfold.statemachine._reducer import Grammar
+from streamfold.statemachine._grammar import Grammar
 
 __all__ = [
     "ENGINES",

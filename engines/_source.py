@@ -12,20 +12,20 @@ running behind it.
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
-from typing import Literal, Protocol, runtime_checkable
+from typing import Protocol, runtime_checkable
 
 import attrs
 
+from streamfold.statemachine import FINISH_REASONS, FinishReason
+
 __all__ = [
+    "FINISH_REASONS",
     "FinishReason",
     "GenerationRequest",
     "SamplingParams",
     "TokenChunk",
     "TokenSource",
 ]
-
-FinishReason = Literal["stop", "length", "abort", "error"]
-FINISH_REASONS: tuple[FinishReason, ...] = ("stop", "length", "abort", "error")
 
 
 def _non_negative(instance: object, attribute: attrs.Attribute[int], value: int) -> None:

@@ -7,19 +7,22 @@ from ._accel import sse_event, step
 from ._errors import ReducerUsageError, StreamfoldError, VocabularyError, WireFormatError
 from ._events import *  # noqa: F403
 from ._events import __all__ as _events_all
+from ._grammar import FINISH_REASONS, FinishReason, Grammar, ResponseState
 from ._grammars.harmony import HarmonyGrammar
 from ._grammars.thinktags import ThinkTagGrammar
 from ._model import *  # noqa: F403
 from ._model import __all__ as _model_all
 from ._recover import close_interrupted
-from ._reducer import FinishReason, ResponseState, finish, start
+from ._reducer import finish, start
 from ._snapshot import snapshot
 from ._sse import SSEFramingError, SSEMessage, SSEParser, parse_sse, sse_frame
 from ._vocab import Vocabulary
 from ._wire import dumps, from_wire, loads, structure, to_wire
 
 __all__ = [
+    "FINISH_REASONS",
     "FinishReason",
+    "Grammar",
     "HarmonyGrammar",
     "ReducerUsageError",
     "SSEFramingError",

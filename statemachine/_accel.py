@@ -19,8 +19,8 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from . import _items, _wire
+from ._grammar import ResponseState
 from ._grammars import harmony as _harmony
-from ._reducer import ResponseState
 from ._reducer import step as python_step
 from ._wire import sse_event as python_sse_event
 

@@ -9,9 +9,10 @@ exactly one terminal event). Stepping or finishing a finished response is misuse
 `ReducerUsageError`; malformed *model output* never raises, it degrades into ordinary items.
 
 What a token means depends on the grammar (`HarmonyGrammar` for gpt-oss, `ThinkTagGrammar` for
-`<think>` models): the grammar decides when an item opens, grows and closes; `_items.py` decides
-what events that is. Sequence numbers, output indices and ids are fixed at the moment an event
-is made and travel in the state; nothing is patched later.
+`<think>` models; the contract is in `_grammar.py`): the grammar decides when an item opens,
+grows and closes; `_items.py` decides what events that is. Sequence numbers, output indices
+and ids are fixed at the moment an event is made and travel in the state; nothing is patched
+later.
 
 Every call returns a new state and leaves its input untouched, reads no clock and draws no
 random number: the same tokens give byte-identical events, however the engine chunked them.
@@ -19,77 +20,22 @@ random number: the same tokens give byte-identical events, however the engine ch
 
 from __future__ import annotations
 
-from typing import Any, Literal, NamedTuple, Protocol
-
 import attrs
 
 from . import _events as ev
 from . import _model as m
 from ._errors import ReducerUsageError
-from ._fast import replacer
-from ._items import ItemKind, OpenItem, Out, close_item, open_item
-from ._vocab import Vocabulary
+from ._grammar import (
+    FINISH_REASONS,
+    FinishReason,
+    Grammar,
+    ResponseState,
+    close_open,
+    replace_state,
+)
+from ._items import Out
 
-__all__ = [
-    "FinishReason",
-    "Grammar",
-    "ResponseState",
-    "close_open",
-    "finish",
-    "open_next",
-    "start",
-    "step",
-]
-
-FinishReason = Literal["stop", "length", "abort", "error"]
-_REASONS = ("stop", "length", "abort", "error")
-
-
-class Grammar(Protocol):
-    """How one model family's tokens become items (see `_harmony.py`, `_thinktags.py`)."""
-
-    @property
-    def name(self) -> str: ...
-
-    @property
-    def vocabulary(self) -> Vocabulary: ...
-
-    def initial(self) -> Any:
-        """The grammar's own parse state at the start of generation."""
-
-    def feed(
-        self, state: ResponseState, out: Out, token: int, logprob: float | None, top_logprobs: Any
-    ) -> ResponseState:
-        """Consume one token (already validated and counted); emit through `out`."""
-
-    def flush(self, state: ResponseState, out: Out, complete: bool) -> ResponseState:
-        """At finish: turn anything held back (a half-read header or tag) into items."""
-
-
-class ResponseState(NamedTuple):
-    """Everything the reducer knows between two tokens. Immutable; cheap to copy.
-
-    A NamedTuple rather than an attrs class because one is made for every token: building it
-    is one `tuple.__new__` (see `_fast.replacer`; benchmarks/bench_reducer.py measures it).
-    """
-
-    grammar: Grammar
-    response: m.Response
-    seq: int
-    output: tuple[m.OutputItem, ...] = ()
-    open: OpenItem | None = None
-    parse: Any = None
-    output_tokens: int = 0
-    reasoning_tokens: int = 0
-    input_tokens: int = 0
-    finished: bool = False
-
-    @property
-    def next_output_index(self) -> int:
-        return len(self.output) + (self.open is not None)
-
-
-replace_state = replacer(ResponseState)
+__all__ = ["finish", "start", "step"]
 
 
 def start(
@@ -143,28 +89,6 @@ def step(
     return new, out.events
 
 
-def open_next(out: Out, state: ResponseState, kind: ItemKind, **identity: Any) -> OpenItem:
-    """Open the next item of `state`'s response (its output index and ids follow from the state).
-
-    `identity` is `name`, `server_label` or `phase`, as the kind needs.
-    """
-    return open_item(
-        out,
-        kind=kind,
-        output_index=state.next_output_index,
-        response_id=state.response.id,
-        **identity,
-    )
-
-
-def close_open(state: ResponseState, out: Out, *, complete: bool) -> ResponseState:
-    """Close the open item, if any, and append it to the output."""
-    if state.open is None:
-        return state
-    done = close_item(out, state.open, state.grammar.vocabulary, complete=complete)
-    return replace_state(state, open=None, output=(*state.output, done))
-
-
 def _usage(state: ResponseState) -> m.ResponseUsage:
     return m.ResponseUsage(
         input_tokens=state.input_tokens,
@@ -189,8 +113,8 @@ def finish(
             f"finish() called twice on response {state.response.id}; a response has exactly "
             "one terminal event"
         )
-    if reason not in _REASONS:
-        raise ReducerUsageError(f"finish reason must be one of {_REASONS}, got {reason!r}")
+    if reason not in FINISH_REASONS:
+        raise ReducerUsageError(f"finish reason must be one of {FINISH_REASONS}, got {reason!r}")
     if error is not None and not isinstance(error, str):
         # The wire's `error.message` is a string; anything else would break rule R7.
         raise ReducerUsageError(

@@ -41,7 +41,7 @@ from streamfold.statemachine import (
     dumps,
     loads,
 )
-from streamfold.statemachine._reducer import Grammar
+from streamfold.statemachine._grammar import Grammar
 
 from ..registry import Engine, UnknownModelError
 from ._conversation import earlier_conversation, input_items

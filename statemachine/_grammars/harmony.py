@@ -24,8 +24,8 @@ from typing import Any, Literal
 import attrs
 
 from .._fast import updater
+from .._grammar import ResponseState, close_open, open_next, replace_state
 from .._items import ItemKind, Out, append_bytes, append_text, grow
-from .._reducer import ResponseState, close_open, open_next, replace_state
 from .._text import Rope, rope_items
 from .._vocab import Vocabulary
 from .harmony_header import Header, parse_header

@@ -63,8 +63,8 @@ import attrs
 
 from .._errors import ReducerUsageError
 from .._fast import replacer
+from .._grammar import ResponseState, close_open, open_next, replace_state
 from .._items import ItemKind, Out, append_text, append_text_with_logprobs
-from .._reducer import ResponseState, close_open, open_next, replace_state
 from .._text import Rope, decode_utf8, flush_utf8, rope_items, rope_text
 from .._vocab import Vocabulary
 from .hermes import HEAD_LIMIT, ArgumentsScan, match_head, parse_call

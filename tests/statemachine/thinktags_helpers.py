@@ -21,7 +21,7 @@ from streamfold.statemachine import (
     step,
     to_wire,
 )
-from streamfold.statemachine._reducer import ResponseState
+from streamfold.statemachine._grammar import ResponseState
 from tests.sdk_oracle import validate_with_sdk
 
 RESPONSE_ID = "resp_think"
