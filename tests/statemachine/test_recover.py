@@ -173,7 +173,7 @@ def test_a_cut_right_after_response_created_still_sends_in_progress() -> None:
 
 def test_a_cut_inside_a_close_is_not_closed_twice() -> None:
     """Issue 14: a cut after `function_call_arguments.done` sent a second one (R16)."""
-    from streamfold.vocab import harmony_encoding
+    from streamfold.engines.vocab import harmony_encoding
 
     tokens = harmony_encoding().encode(
         '<|channel|>commentary to=functions.get_weather <|constrain|>json<|message|>{"city": '
