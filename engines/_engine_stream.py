@@ -25,6 +25,7 @@ from streamfold.engines import TokenChunk
 __all__ = [
     "EngineNotInstalledError",
     "EngineOutputError",
+    "stream_chunks",
 ]
 
 logger = logging.getLogger("streamfold.adapters")

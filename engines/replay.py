@@ -10,7 +10,7 @@ import anyio
 from ._source import GenerationRequest, TokenChunk
 from ._trace import Trace, TraceFormatError, read_trace
 
-__all__ = ["ReplaySource", "TraceDirectorySource", "UnknownTraceError"]
+__all__ = ["CUT_OFF", "ReplaySource", "TraceDirectorySource", "UnknownTraceError"]
 
 CUT_OFF = "the trace ends without a finish_reason line: the recording was cut off"
 

@@ -26,6 +26,7 @@ __all__ = [
     "encodings_dir",
     "harmony_encoding",
     "load_harmony_vocabulary",
+    "load_o200k_base_vocabulary",
     "load_tiktoken_vocabulary",
 ]
 

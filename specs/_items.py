@@ -22,7 +22,7 @@ import attrs
 
 from . import _wire as w
 
-__all__: list[str] = []
+__all__ = ["Items"]
 
 Report = Callable[[str, str], None]
 

@@ -15,7 +15,7 @@ from typing import Any, TypeVar
 
 import attrs
 
-__all__ = ["replacer"]
+__all__ = ["builder", "replacer", "updater"]
 
 T = TypeVar("T")
 _KEEP: Any = object()

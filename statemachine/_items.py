@@ -35,6 +35,7 @@ __all__ = [
     "OpenItem",
     "Out",
     "append_bytes",
+    "append_text",
     "append_text_with_logprobs",
     "close_item",
     "emit_opened",

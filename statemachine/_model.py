@@ -17,6 +17,7 @@ __all__ = [
     "ActionOpenPage",
     "ActionSearch",
     "CodeInterpreterOutputLogs",
+    "ContentPart",
     "FunctionTool",
     "IncompleteDetails",
     "InputTokensDetails",

@@ -16,7 +16,7 @@ from . import _events as ev
 from . import _model as m
 from ._errors import ReducerUsageError
 
-__all__ = ["snapshot"]
+__all__ = ["TEXT_DELTAS", "snapshot"]
 
 _LIFECYCLE = (
     ev.ResponseCreatedEvent,

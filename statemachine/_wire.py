@@ -21,7 +21,7 @@ from . import _model as m
 from ._errors import WireFormatError
 from ._events import Event
 
-__all__ = ["dumps", "from_wire", "loads", "structure", "to_wire"]
+__all__ = ["dumps", "from_wire", "loads", "sse_event", "structure", "to_wire"]
 
 _converter = cattrs.Converter(unstruct_collection_overrides={tuple: list})
 

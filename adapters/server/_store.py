@@ -25,6 +25,7 @@ __all__ = [
     "MemoryEventStore",
     "StoreError",
     "StoredResponse",
+    "advance",
 ]
 
 LIFECYCLE_EVENT_TYPES = frozenset(

@@ -27,7 +27,14 @@ from .errors import (
 )
 from .mxfp4 import dequantize_mxfp4
 
-__all__ = ["CheckpointReader", "ExpertWeights", "GptOssWeights", "LayerWeights", "load_weights"]
+__all__ = [
+    "CheckpointReader",
+    "ExpertMode",
+    "ExpertWeights",
+    "GptOssWeights",
+    "LayerWeights",
+    "load_weights",
+]
 
 ExpertMode = Literal["dequantize", "mxfp4"]
 _FLOAT_DTYPES = {"F32", "BF16", "F16", "F64"}
