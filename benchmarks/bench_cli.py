@@ -1,0 +1,201 @@
+"""Whole-process speed of `streamfold replay` and `streamfold check`, against two peers, in one run.
+
+Every contender is a fresh process over the same harmony trace file (one token per line, the
+worst case for reading): start-up, imports, the vocabulary, reading, the work, and the output
+(to /dev/null) all count, as they do for a user at a shell.
+
+- `streamfold replay TRACE` (JSON lines, and `--format sse`);
+- `streamfold check EVENTS`: the replay's own output read back and judged (JSON lines and SSE);
+- peer 1, openai-harmony parse-only: read the trace (`json.loads` per line) and feed every token
+  to `StreamableParser.process`; no events, no output;
+- peer 2, a vLLM-style pipeline: the same reading, then vLLM's way to events (the parser, the
+  openai SDK's pydantic event classes, `model_dump_json` per event, SSE to stdout), from
+  `vllm_pipeline.py`;
+- the vocabulary alone (`load_harmony_vocabulary()` in a fresh process): cold (an empty cache
+  directory each time) and warm (the cache the first run wrote).
+
+Rounds are interleaved (every contender once per round) and each process's CPU time (user +
+system, from `wait4`) is what is compared: on a small shared machine wall time mostly measures
+the neighbours. Wall times are printed too. Run from the repository root:
+
+    python benchmarks/bench_cli.py [--tokens 100000] [--repeat 5]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parent
+
+
+def _peer_tokens(path: str) -> list[int]:
+    """How a peer reads the trace: one `json.loads` per line, the header first."""
+    tokens: list[int] = []
+    with open(path, encoding="utf-8") as f:
+        next(f)
+        for line in f:
+            tokens.extend(json.loads(line).get("token_ids", ()))
+    return tokens
+
+
+def peer(kind: str, path: str) -> int:
+    sys.path.insert(0, str(HERE))
+    from vllm_pipeline import HarmonyEvents, harmony_encoding, sse
+
+    if kind == "harmony":
+        from openai_harmony import Role, StreamableParser
+
+        parser = StreamableParser(harmony_encoding(), Role.ASSISTANT)
+        for token in _peer_tokens(path):
+            parser.process(token)
+        return 0
+    stream = HarmonyEvents()
+    out = sys.stdout.buffer
+    for event in stream.start():
+        out.write(sse(event))
+    for token in _peer_tokens(path):
+        for event in stream.feed(token):
+            out.write(sse(event))
+    for event in stream.finish():
+        out.write(sse(event))
+    return 0
+
+
+def write_trace(path: Path, n_tokens: int) -> int:
+    sys.path.insert(0, str(HERE))
+    from bench_reducer import completion
+
+    from streamfold.engines import TokenChunk, dump_trace
+
+    tokens = completion(n_tokens)
+    if len(tokens) < n_tokens:  # the paragraphs come in whole units: scale up once
+        tokens = completion(n_tokens * n_tokens // len(tokens) + 1)
+    header = {
+        "grammar": "harmony",
+        "encoding": "o200k_harmony",
+        "response_id": "resp_bench",
+        "model": "bench",
+        "created_at": 1,
+    }
+    chunks = [TokenChunk(token_ids=(t,)) for t in tokens]
+    path.write_text(dump_trace(header, chunks, "stop"), encoding="utf-8")
+    return len(tokens)
+
+
+def run(command: list[str], env: dict[str, str], stdout: int | None = None) -> tuple[float, float]:
+    """Wall and CPU seconds (user + system, from wait4) of one process; fails on a nonzero exit."""
+    t0 = time.perf_counter()
+    proc = subprocess.Popen(command, env=env, cwd=ROOT, stdout=stdout or subprocess.DEVNULL)
+    _, status, usage = os.wait4(proc.pid, 0)
+    wall = time.perf_counter() - t0
+    proc.returncode = os.waitstatus_to_exitcode(status)
+    if proc.returncode != 0:
+        raise SystemExit(f"{' '.join(command)} exited with {proc.returncode}")
+    return wall, usage.ru_utime + usage.ru_stime
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--tokens", type=int, default=100_000)
+    parser.add_argument("--repeat", type=int, default=5)
+    parser.add_argument("--peer", choices=("harmony", "vllm"), help=argparse.SUPPRESS)
+    parser.add_argument("trace", nargs="?", help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.peer:
+        return peer(args.peer, args.trace)
+
+    from streamfold.vocab import encodings_dir
+
+    py = sys.executable
+    with tempfile.TemporaryDirectory() as tmp_name:
+        tmp = Path(tmp_name)
+        trace, events_jsonl, events_sse = tmp / "trace.jsonl", tmp / "ev.jsonl", tmp / "ev.sse"
+        n = write_trace(trace, args.tokens)
+        base = {k: v for k, v in os.environ.items() if k != "TIKTOKEN_ENCODINGS_BASE"}
+        ours = {**base, "STREAMFOLD_CACHE_DIR": str(tmp / "cache")}
+        peers = {**base, "TIKTOKEN_ENCODINGS_BASE": str(encodings_dir())}
+        replay = [py, "-m", "streamfold", "replay", str(trace)]
+        with events_jsonl.open("wb") as out:  # also the first run: it fills the cache
+            run(replay, ours, out.fileno())
+        with events_sse.open("wb") as out:
+            run([*replay, "--format", "sse"], ours, out.fileno())
+        vocab = [py, "-c", "from streamfold.vocab import load_harmony_vocabulary as v; v()"]
+        cold = iter(range(1 << 30))
+
+        def cold_vocab() -> tuple[float, float]:
+            return run(vocab, {**base, "STREAMFOLD_CACHE_DIR": str(tmp / f"cold{next(cold)}")})
+
+        contenders: dict[str, Callable[[], tuple[float, float]]] = {
+            "streamfold replay": lambda: run(replay, ours),
+            "streamfold replay --format sse": lambda: run([*replay, "--format", "sse"], ours),
+            "streamfold check (JSON lines)": lambda: run(
+                [py, "-m", "streamfold", "check", str(events_jsonl)], ours
+            ),
+            "streamfold check (SSE)": lambda: run(
+                [py, "-m", "streamfold", "check", str(events_sse)], ours
+            ),
+            "peer: openai-harmony parse-only": lambda: run(
+                [py, __file__, "--peer", "harmony", str(trace)], peers
+            ),
+            "peer: vLLM-style pipeline (SSE)": lambda: run(
+                [py, __file__, "--peer", "vllm", str(trace)], peers
+            ),
+            "vocabulary, warm cache": lambda: run(vocab, ours),
+            "vocabulary, cold (empty cache)": cold_vocab,
+            "python -c pass (interpreter floor)": lambda: run([py, "-c", "pass"], base),
+        }
+        walls: dict[str, list[float]] = {name: [] for name in contenders}
+        cpus: dict[str, list[float]] = {name: [] for name in contenders}
+        for _ in range(args.repeat):
+            for name, fn in contenders.items():
+                wall, cpu = fn()
+                walls[name].append(wall)
+                cpus[name].append(cpu)
+
+    load = os.getloadavg()[0]
+    print(
+        f"trace: {n} tokens, one per line; {args.repeat} interleaved rounds, one process per "
+        f"run; {os.cpu_count()} CPUs, load average {load:.1f} (shared machine: compare ratios)\n"
+    )
+    print("| process | CPU s (best, range) | wall s (range) |")
+    print("|---|---|---|")
+    for name in contenders:
+        c, w = cpus[name], walls[name]
+        print(f"| {name} | {min(c):.3f} ({min(c):.3f}–{max(c):.3f}) | {min(w):.2f}–{max(w):.2f} |")
+
+    def ratio(a: str, b: str) -> str:
+        per_round = [x / y for x, y in zip(cpus[a], cpus[b], strict=True)]
+        best = min(cpus[a]) / min(cpus[b])
+        return f"{best:.2f}× (per round {min(per_round):.2f}–{max(per_round):.2f}×)"
+
+    harmony, vllm = "peer: openai-harmony parse-only", "peer: vLLM-style pipeline (SSE)"
+    print("\nratios of CPU time (best of rounds; the range is over same-round pairs):")
+    for name in ("streamfold replay", "streamfold replay --format sse"):
+        print(f"- {name} / harmony parse-only: {ratio(name, harmony)} (target ≤ 1)")
+        print(f"- vLLM-style pipeline / {name}: {ratio(vllm, name)} faster (target ≥ 5×)")
+    for check, of in (
+        ("streamfold check (JSON lines)", "streamfold replay"),
+        ("streamfold check (SSE)", "streamfold replay --format sse"),
+    ):
+        print(f"- {check} / {of}: {ratio(check, of)} (target ≤ 1)")
+    warm, cold_name = min(cpus["vocabulary, warm cache"]), "vocabulary, cold (empty cache)"
+    floor = min(cpus["python -c pass (interpreter floor)"])
+    print(
+        f"- vocabulary start-up, warm: {1e3 * warm:.0f} ms CPU for the whole process "
+        f"({1e3 * (warm - floor):.0f} ms above `python -c pass`; target < 100 ms); cold: "
+        f"{1e3 * min(cpus[cold_name]):.0f} ms"
+    )
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
