@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
@@ -53,6 +54,14 @@ class Trace:
     @property
     def token_ids(self) -> list[int]:
         return [t for chunk in self.chunks for t in chunk.token_ids]
+
+
+# A chunk line exactly as `dump_trace` (and any compact JSON writer) writes it, with nothing a
+# validator could object to: non-negative integers without leading zeros, no other field. Such
+# lines, nearly all of a trace, skip `json.loads` and the checks (they would pass them and give
+# the same chunk); every other line, good or bad, takes the general path and its errors. A line
+# seen before gives the same chunk again: chunks are frozen, and most tokens recur.
+_PLAIN_CHUNK = re.compile(r'\{"token_ids":\[((?:0|[1-9][0-9]*)(?:,(?:0|[1-9][0-9]*))*)\]\}')
 
 
 def _fail(where: str, message: str) -> TraceFormatError:
@@ -94,7 +103,17 @@ def parse_trace(lines: Iterable[str], name: str = "<trace>") -> Trace:
     chunks: list[TokenChunk] = []
     finish: FinishReason | None = None
     error: str | None = None
+    plain, seen = _PLAIN_CHUNK.fullmatch, dict[str, TokenChunk]()
     for lineno, raw in enumerate(lines, 1):
+        if header is not None and finish is None:
+            chunk = seen.get(raw)
+            if chunk is None and (match := plain(raw)) is not None:
+                ids = match[1]
+                token_ids = (int(ids),) if "," not in ids else tuple(map(int, ids.split(",")))
+                chunk = seen[raw] = TokenChunk(token_ids=token_ids)
+            if chunk is not None:
+                chunks.append(chunk)
+                continue
         where = f"{name}:{lineno}"
         if not raw.strip():
             continue
