@@ -97,7 +97,7 @@ def vocabulary_ms() -> int:
     import streamfold.statemachine  # noqa: F401
 
     t0 = time.process_time()
-    from streamfold.vocab import load_harmony_vocabulary
+    from streamfold.engines.vocab import load_harmony_vocabulary
 
     load_harmony_vocabulary()
     print(json.dumps(1e3 * (time.process_time() - t0)))
@@ -138,7 +138,7 @@ def main() -> int:
     if args.vocabulary:
         return vocabulary_ms()
 
-    from streamfold.vocab import encodings_dir
+    from streamfold.engines.vocab import encodings_dir
 
     py = sys.executable
     with tempfile.TemporaryDirectory() as tmp_name:

@@ -16,15 +16,15 @@ from pathlib import Path
 
 import pytest
 
-from streamfold import vocab
+from streamfold.engines import vocab
 from streamfold.statemachine import Vocabulary
 
 HARMONY = f"o200k_harmony.py{sys.version_info[0]}{sys.version_info[1]}.vocab"
 
 # Prints a digest of the vocabulary and whether openai-harmony had to be imported to get it.
 _CHILD = (
-    "import hashlib, sys; from streamfold.vocab import load_harmony_vocabulary as load; v = load()"
-    "; d = hashlib.sha256(repr((v.token_bytes, sorted(v.special.items()))).encode())"
+    "import hashlib, sys; from streamfold.engines.vocab import load_harmony_vocabulary as load"
+    "; v = load(); d = hashlib.sha256(repr((v.token_bytes, sorted(v.special.items()))).encode())"
     "; print(d.hexdigest(), 'openai_harmony' in sys.modules)"
 )
 
