@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import json
 import re
-from json.scanner import make_scanner
+from collections.abc import Callable
 from typing import Any
 
 import attrs
@@ -26,7 +26,8 @@ __all__ = ["StreamReading", "UnreadableStreamError", "check_bytes", "read_stream
 _SSE_LINE = re.compile(r"(event|data|id|retry)(:|$)|:")
 _LINE_END = re.compile(r"\r\n|\r|\n")
 # The fast path for JSON lines: one JSON value, then spaces and at least one line break.
-_SCAN = make_scanner(json.JSONDecoder())
+# The C scanner json.loads itself uses (typeshed does not declare the attribute).
+_SCAN: Callable[[str, int], tuple[Any, int]] = json.JSONDecoder().scan_once  # type: ignore[attr-defined]
 _BETWEEN = re.compile(r"[ \t]*(?:\r\n|\r|\n)[ \t\r\n]*")
 
 
