@@ -12,7 +12,7 @@ from __future__ import annotations
 import argparse
 import functools
 import importlib.util
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from importlib import resources
 from pathlib import Path
 from typing import Any
@@ -55,6 +55,9 @@ class Engine:
 
     source: TokenSource
     grammar: Callable[[str], Grammar]
+    # Run once when the server starts, before it reports ready (`GET /health`); None: ready
+    # at once.
+    warm_up: Callable[[], Awaitable[object]] | None = None
 
 
 EngineFactory = Callable[[argparse.Namespace], Engine]
@@ -173,6 +176,7 @@ def native_engine_options(args: argparse.Namespace) -> dict[str, Any]:
         "block_size": args.block_size,
         "max_num_seqs": args.max_num_seqs,
         "experts": args.experts,
+        "threads": getattr(args, "threads", None),
     }
 
 
@@ -188,9 +192,8 @@ def native_engine(args: argparse.Namespace) -> Engine:
         )
     if importlib.util.find_spec("torch") is None:
         raise EngineSetupError("--engine native needs torch: pip install 'streamfold[torch]'")
-    return Engine(
-        source=build_native_engine(model, **native_engine_options(args)), grammar=_harmony_grammar
-    )
+    engine = build_native_engine(model, **native_engine_options(args))
+    return Engine(source=engine, grammar=_harmony_grammar, warm_up=engine.warm_up)
 
 
 ENGINES: dict[str, EngineFactory] = {

@@ -66,6 +66,14 @@ def add_native_engine_arguments(parser: argparse.ArgumentParser) -> None:
     group.add_argument("--block-size", type=int, default=16, help="tokens per KV block")
     group.add_argument("--max-num-seqs", type=int, default=64, help="most sequences per step")
     group.add_argument(
+        "--threads",
+        type=int,
+        default=None,
+        metavar="N",
+        help="torch threads of the engine (default on CPU: all usable cores but one, which is"
+        " left to the server's event loop)",
+    )
+    group.add_argument(
         "--experts",
         choices=("dequantize", "mxfp4"),
         default="dequantize",

@@ -74,6 +74,17 @@ def add_serve_parser(
     return p
 
 
+def _log_to_stderr(level: str) -> None:
+    """streamfold's own log lines (readiness, store failures) beside uvicorn's, in its format."""
+    import logging
+
+    handler = logging.StreamHandler()
+    handler.setFormatter(logging.Formatter("%(levelname)s:     %(message)s"))
+    logger = logging.getLogger("streamfold")
+    logger.addHandler(handler)
+    logger.setLevel(level.upper())
+
+
 def run_serve(args: argparse.Namespace) -> int:
     try:
         import uvicorn
@@ -103,6 +114,7 @@ def run_serve(args: argparse.Namespace) -> int:
     except StreamfoldError as exc:
         print(f"streamfold serve: {exc}", file=sys.stderr)
         return 2
+    _log_to_stderr(args.log_level)
     # Followers of a background response hold their connection until it ends, and it ends
     # when the lifespan cancels it after the connections close: bound that wait.
     try:

@@ -22,6 +22,7 @@ from starlette.types import Receive, Scope, Send
 
 from ..registry import Engine
 from ._input_items import DEFAULT_LIMIT
+from ._readiness import Readiness, health
 from ._service import Prepared, ResponseService, ServiceNotRunningError
 from ._store import EventStore, MemoryEventStore
 from .requests import RequestError
@@ -208,18 +209,23 @@ async def _server_error(request: Request, exc: Exception) -> JSONResponse:
 
 
 def create_app(engine: Engine, *, store: EventStore | None = None) -> Starlette:
-    """The Responses API as a Starlette app (routes under `/v1`), ready for uvicorn.
+    """The Responses API as a Starlette app (routes under `/v1`, and `GET /health`: 200 when
+    ready, 503 while the engine warms up; see `_readiness`), ready for uvicorn.
 
     `store` defaults to an in-memory log. To mount it in your own app, give the outer app its
     lifespan so background responses have somewhere to run:
     `Starlette(routes=[Mount("/llm", app)], lifespan=app.router.lifespan_context)`.
     """
     service = ResponseService(engine, store if store is not None else MemoryEventStore())
+    readiness = Readiness.for_service(service)
 
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
-        async with service.running():
+        async with service.running(), anyio.create_task_group() as warming:
+            # In the background, so that `GET /health` can answer 503 while it runs.
+            warming.start_soon(readiness.run, service)
             yield
+            warming.cancel_scope.cancel()
 
     app = Starlette(
         routes=[
@@ -228,6 +234,7 @@ def create_app(engine: Engine, *, store: EventStore | None = None) -> Starlette:
             Route("/v1/responses/{response_id}", delete_response, methods=["DELETE"]),
             Route("/v1/responses/{response_id}/input_items", list_input_items, methods=["GET"]),
             Route("/v1/responses/{response_id}/cancel", cancel_response, methods=["POST"]),
+            Route("/health", health, methods=["GET"]),
         ],
         exception_handlers={
             RequestError: _request_error,
@@ -238,4 +245,5 @@ def create_app(engine: Engine, *, store: EventStore | None = None) -> Starlette:
         lifespan=lifespan,
     )
     app.state.streamfold = service
+    app.state.readiness = readiness
     return app

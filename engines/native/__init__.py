@@ -24,12 +24,19 @@ def build_native_engine(
     block_size: int = 16,
     max_num_seqs: int = 64,
     experts: str = "dequantize",
+    threads: int | None = None,
 ) -> NativeEngine:
-    """Load `model_dir` and return a `NativeEngine` (close it, or use it as a context manager)."""
+    """Load `model_dir` and return a `NativeEngine` (close it, or use it as a context manager).
+
+    `threads` is the engine thread's torch thread count; None means `default_engine_threads()`
+    on CPU and torch's own setting elsewhere."""
     import torch
 
     from .core import EngineCore
-    from .engine import NativeEngine
+    from .engine import NativeEngine, default_engine_threads
+
+    if threads is not None and threads < 1:
+        raise ValueError(f"--threads must be at least 1, got {threads}")
 
     torch_dtype = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
     if dtype not in torch_dtype:
@@ -43,4 +50,6 @@ def build_native_engine(
         kv_cache_bytes=None if kv_cache_mb is None else kv_cache_mb * 2**20,
         max_num_seqs=max_num_seqs,
     )
-    return NativeEngine(core)
+    if threads is None and core.model.device.type == "cpu":
+        threads = default_engine_threads()
+    return NativeEngine(core, threads=threads)

@@ -6,13 +6,22 @@ stream; after a step the thread posts each event loop its chunks in one thread-s
 (asyncio's `call_soon_threadsafe` or trio's `run_sync_soon`) and goes on with the next step.
 Closing a `generate` iterator aborts the request and frees its blocks before `aclose` returns
 (waiting, off the event loop, for the step in progress to end).
+
+Threads: the engine thread runs torch with `threads` intra-op threads. A served engine shares
+the machine with its own event loop (HTTP, the reducer, SSE) and whatever else runs there, and
+an OpenMP team whose threads do not all hold a core stalls at every parallel region until the
+descheduled one runs again: on 2 busy cores, 2 engine threads made 19 tok/s where 1 made 152
+(see `default_engine_threads`). `warm_up` runs the step shapes of a full batch once, on the
+engine thread (glibc keeps one heap per thread), before a server says it is ready.
 """
 
 from __future__ import annotations
 
 import asyncio
 import math
+import os
 import threading
+import time
 from collections import defaultdict, deque
 from collections.abc import AsyncIterator, Callable
 from typing import Any
@@ -22,11 +31,26 @@ import anyio.to_thread
 import torch
 from anyio.streams.memory import MemoryObjectSendStream
 
-from .._source import GenerationRequest, TokenChunk
+from .._source import GenerationRequest, SamplingParams, TokenChunk
 from ._openmp import release_idle_openmp_team
 from .core import EngineCore
 
-__all__ = ["EngineClosedError", "NativeEngine"]
+__all__ = ["EngineClosedError", "NativeEngine", "default_engine_threads"]
+
+
+def default_engine_threads() -> int:
+    """Intra-op threads for a served engine on CPU: every usable core but one.
+
+    The spare core is the event loop's (and the client's, on one machine). With all cores in
+    the team, any other runnable thread deschedules a team member, and the whole team waits
+    at the next barrier: measured on 2 loaded cores, the engine core alone made 19 tok/s with
+    2 threads and 152 tok/s with 1 (16 requests x 32 tokens, benchmarks/bench_serve.py).
+    """
+    try:
+        cores = len(os.sched_getaffinity(0))
+    except AttributeError:  # not Linux
+        cores = os.cpu_count() or 1
+    return max(1, cores - 1)
 
 
 class EngineClosedError(RuntimeError):
@@ -67,7 +91,10 @@ def _deliver(items: list[tuple[_Sink, TokenChunk]]) -> None:
 class NativeEngine:
     """A `TokenSource` over an `EngineCore`. Use as a context manager, or call `close()`."""
 
-    def __init__(self, core: EngineCore) -> None:
+    def __init__(self, core: EngineCore, *, threads: int | None = None) -> None:
+        """`threads`: torch intra-op threads of the engine thread (None: the creator's)."""
+        if threads is not None and threads < 1:
+            raise ValueError(f"threads must be at least 1, got {threads}")
         self.core = core
         self._step_lock = threading.Lock()  # held by the engine thread for a whole step
         self._wake = threading.Condition()
@@ -77,7 +104,7 @@ class NativeEngine:
         self._thread: threading.Thread | None = None
         self.num_steps = 0
         # torch's intra-op thread count is per OS thread: carry the creator's setting over.
-        self._torch_threads = torch.get_num_threads()
+        self.threads = torch.get_num_threads() if threads is None else threads
 
     def __enter__(self) -> NativeEngine:
         return self
@@ -121,6 +148,35 @@ class NativeEngine:
                 with anyio.CancelScope(shield=True):
                     await anyio.to_thread.run_sync(self._abort_after_step, request.request_id)
 
+    async def warm_up(self) -> float:
+        """Run the shapes of a full batch once (a full prefill step, a full decode step) on the
+        engine thread; returns the seconds it took.
+
+        The first steps at a new size pay for allocations (and page faults) that later ones
+        reuse; a server calls this before it reports ready, so its first clients do not.
+        """
+        started = time.perf_counter()
+        scheduler = self.core.scheduler
+        seqs = scheduler.max_num_seqs
+        length = max(1, min(scheduler.max_num_batched_tokens // seqs, self.core.max_model_len - 2))
+        vocab = self.core.model.config.vocab_size
+        prompt = tuple(i % vocab for i in range(length))
+
+        async def one(i: int) -> None:
+            request = GenerationRequest(
+                request_id=f"streamfold-warm-up-{i}",
+                prompt_token_ids=prompt,
+                max_output_tokens=2,
+                sampling=SamplingParams(temperature=0.0),
+            )
+            async for _ in self.generate(request):
+                pass
+
+        async with anyio.create_task_group() as group:
+            for i in range(seqs):
+                group.start_soon(one, i)
+        return time.perf_counter() - started
+
     def _abort_after_step(self, request_id: str) -> None:
         with self._step_lock:
             self._abort_now(request_id)
@@ -154,7 +210,7 @@ class NativeEngine:
             self._wake.notify()
 
     def _loop(self) -> None:
-        torch.set_num_threads(self._torch_threads)
+        torch.set_num_threads(self.threads)
         while True:
             with self._wake:
                 while not (self._commands or self.core.has_work() or self._closed):

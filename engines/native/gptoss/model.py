@@ -153,9 +153,12 @@ class GptOssModel:
         attention: AttentionBackend,
         *,
         logits_at: torch.Tensor | None = None,
+        out: torch.Tensor | None = None,
     ) -> torch.Tensor:
         """Logits [N, vocab] in float32 for the rows `logits_at` of the T input tokens (all
-        rows when None). token_ids and positions are 1-D of length T."""
+        rows when None). token_ids and positions are 1-D of length T. `out`, a contiguous
+        [N, vocab] tensor in the model's dtype, receives the unembedding (a caller stepping
+        again and again reuses one: see `EngineCore`)."""
         x = F.embedding(token_ids.to(self.device), self.weights.embedding)
         cos, sin = self._rotary(positions.to(self.device))
         for i, layer in enumerate(self.weights.layers):
@@ -165,7 +168,7 @@ class GptOssModel:
         if logits_at is not None:
             x = x[logits_at.to(self.device)]
         x = _rms_norm(x, self.weights.norm, self._eps)
-        return torch.mm(x, self.lm_head_t).float()
+        return torch.mm(x, self.lm_head_t, out=out).float()
 
     __call__ = forward
 
