@@ -1,0 +1,202 @@
+"""Every code block of README.md runs as written (issue 19: snippets drifted from the code).
+
+Invariant: each fenced `python` block runs to exit 0 in a fresh interpreter, offline, from an
+empty working directory; each `sh` block runs to exit 0 under `bash -euo pipefail` from the
+repository root (its relative paths are the checkout's). Only these mechanical changes are made
+to a block, each because the test shares a machine:
+
+* the install steps of a chain (`python3 -m venv …`, `… pip install …`) are dropped: CI and the
+  fresh-venv test (tests/test_fresh_install.py) run them, and `.venv/bin/` is this interpreter's
+  directory;
+* `/tmp/` is a private temporary directory and port 8000 a free port;
+* a block that talks to `localhost:8000` without starting a server gets a replay server started
+  by the test, and a foreground `streamfold serve` line is started, answered once, and stopped.
+
+A block that runs the test suite itself (`pytest`) is not run inside it: the test checks that
+`.ci/run` runs the same commands instead.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+README = ROOT / "README.md"
+BIN = Path(sys.executable).parent
+FENCE = re.compile(r"^```(\w*)\n(.*?)^```$", re.MULTILINE | re.DOTALL)
+
+
+def blocks() -> list[tuple[str, str, int]]:
+    """(language, code, line number) of every fenced block."""
+    text = README.read_text(encoding="utf-8")
+    return [
+        (m.group(1), m.group(2), text.count("\n", 0, m.start()) + 1) for m in FENCE.finditer(text)
+    ]
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _needs_torch(code: str) -> bool:
+    return "--engine native" in code or "init-model" in code
+
+
+def _commands(code: str) -> list[str]:
+    """The block's commands, one per line, continuation lines joined."""
+    return [c for c in code.replace("\\\n", " ").splitlines() if c.strip()]
+
+
+def _without_installs(command: str) -> str:
+    kept = [
+        part
+        for part in command.split(" && ")
+        if not re.match(r"(python3 -m venv|\S*pip install)\b", part.strip())
+    ]
+    return " && ".join(kept)
+
+
+def _wait_for_port(port: int, proc: subprocess.Popen[bytes], timeout: float = 120) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise AssertionError(f"the server exited with {proc.returncode} before answering")
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=1).close()
+            return
+        except OSError:
+            time.sleep(0.2)
+    raise AssertionError(f"no server on port {port} after {timeout} s")
+
+
+def _env(tmp: Path) -> dict[str, str]:
+    from streamfold.vocab import encodings_dir
+
+    env = dict(os.environ)
+    env.update(
+        HOME=str(tmp / "home"),  # a newcomer's empty home: the default store lands there
+        XDG_CACHE_HOME=str(tmp / "cache"),
+        TIKTOKEN_ENCODINGS_BASE=str(encodings_dir()),  # skip re-unpacking the vocabulary
+        PATH=f"{BIN}{os.pathsep}{env.get('PATH', '')}",
+        HF_HUB_OFFLINE="1",
+    )
+    env.pop("STREAMFOLD_CACHE_DIR", None)
+    (tmp / "home").mkdir(exist_ok=True)
+    return env
+
+
+def _shell(code: str, tmp: Path, port: int) -> str:
+    """The sh block as the test runs it (see the module docstring)."""
+    lines = []
+    for command in _commands(code):
+        command = _without_installs(command)
+        if not command:
+            continue
+        if command.startswith("streamfold serve") and not command.rstrip().endswith("&"):
+            # A server in the foreground: start it on the free port, see it listen, stop it.
+            command = re.sub(r"\s+#.*$", "", command)
+            if "--port" not in command:
+                command += " --port 8000"
+            command = (
+                f"{command} & server=$!; "
+                f"until (exec 3<>/dev/tcp/127.0.0.1/8000) 2>/dev/null; do "
+                f'kill -0 "$server"; sleep 0.2; done; kill "$server"; wait "$server" || true'
+            )
+        lines.append(command)
+    script = "\n".join(lines)
+    script = script.replace(".venv/bin/", f"{BIN}/").replace("/tmp/", f"{tmp}/")
+    return script.replace("8000", str(port))
+
+
+RUN = {"python", "sh", "bash"}
+PARAMS = [
+    pytest.param(lang, code, id=f"README.md:{line}:{lang or 'text'}")
+    for lang, code, line in blocks()
+    if lang in RUN
+]
+
+
+def test_the_readme_has_code_blocks_to_run() -> None:
+    assert {lang for lang, _ in (p.values for p in PARAMS)} >= {"python", "sh"}
+
+
+def _extras(text: str) -> set[str]:
+    return {e for group in re.findall(r"-e '\.\[([^\]]*)\]'", text) for e in group.split(",")}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(("lang", "code"), PARAMS)
+def test_readme_block_runs_as_written(lang: str, code: str, tmp_path: Path) -> None:
+    if _needs_torch(code):
+        pytest.importorskip("torch", reason="the native engine blocks need the torch extra")
+    env = _env(tmp_path)
+    if lang == "python":
+        work = tmp_path / "work"
+        work.mkdir()
+        run = subprocess.run(
+            [sys.executable, "-"],
+            input=code,
+            cwd=work,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=600,
+        )
+        assert run.returncode == 0, run.stderr[-3000:]
+        assert run.stdout.strip(), "a README snippet should show the reader something"
+        return
+    if re.search(r"\bpytest\b", code):
+        ci = (ROOT / ".ci" / "run").read_text(encoding="utf-8")
+        assert _extras(code) == _extras(ci), "README's test set-up installs other extras than CI"
+        assert "python -m pytest -q" in code and "python -m pytest -q" in ci
+        return
+    port = _free_port()
+    server = None
+    if "8000" in code and "streamfold serve" not in code:
+        server = subprocess.Popen(
+            [str(BIN / "streamfold"), "serve", "--port", str(port), "--store", ":memory:"],
+            env=env,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            start_new_session=True,
+        )
+        try:
+            _wait_for_port(port, server)
+        except AssertionError:
+            os.killpg(server.pid, signal.SIGTERM)
+            raise
+    # Output to files, not pipes: a server the block leaves in the background would hold a
+    # pipe open after the shell exits.
+    out_path, err_path = tmp_path / "stdout", tmp_path / "stderr"
+    with out_path.open("w") as out_file, err_path.open("w") as err_file:
+        shell = subprocess.Popen(
+            ["bash", "-euo", "pipefail", "-c", _shell(code, tmp_path, port)],
+            cwd=ROOT,
+            env=env,
+            stdout=out_file,
+            stderr=err_file,
+            start_new_session=True,
+        )
+        try:
+            shell.wait(timeout=600)
+        finally:
+            for proc in (shell, server):  # and whatever the block left in the background
+                if proc is not None:
+                    try:
+                        os.killpg(proc.pid, signal.SIGTERM)
+                    except ProcessLookupError:
+                        pass
+                    proc.wait(timeout=30)
+    out, err = out_path.read_text(), err_path.read_text()
+    assert shell.returncode == 0, f"{out[-2000:]}\n{err[-3000:]}"
