@@ -1,16 +1,10 @@
 """Output items while they stream: opening, growing and closing one item, as events.
 
-Both grammars (harmony, think-tags) decide *when* an item opens and closes; this module decides
-*what events* that means for each kind of item, in one table-like place:
-
-| kind                   | on open                                  | per delta                       | on close                                                  |
-|------------------------|------------------------------------------|---------------------------------|-----------------------------------------------------------|
-| message                | item.added, content_part.added           | output_text.delta               | output_text.done, content_part.done, item.done            |
-| reasoning              | item.added, content_part.added           | reasoning_text.delta            | reasoning_text.done, content_part.done, item.done         |
-| function_call          | item.added                               | function_call_arguments.delta   | function_call_arguments.done, item.done                   |
-| web_search_call        | item.added, web_search_call.in_progress  | (none: arguments are collected) | .searching, .completed, item.done                         |
-| code_interpreter_call  | item.added, code_interpreter_call.in_progress | code_interpreter_call_code.delta | _code.done, .interpreting, .completed, item.done     |
-| mcp_call               | item.added, mcp_call.in_progress         | mcp_call_arguments.delta        | mcp_call_arguments.done, mcp_call.completed, item.done    |
+The grammars (harmony, think-tags) decide *when* an item opens and closes; this module decides
+*what events* that means, by reading the item's row in the table of kinds (`_kinds.py`): open
+emits `output_item.added`, the row's part and `opened` progress events; each piece of text its
+`delta`; close its `done` (and the part's), then `running` + `completed`, or `failed` when the
+item was cut, then `output_item.done`.
 
 Ids and indices are fixed when the item opens and copied onto every later event: nothing is
 patched afterwards. A cut item (truncation, abort, error) still gets all its close events, with
@@ -20,12 +14,12 @@ status `incomplete` (tool progress events that would claim success are left out)
 from __future__ import annotations
 
 import codecs
-import json
 from typing import Any, Literal, NamedTuple
 
 from . import _events as ev
 from . import _model as m
 from ._fast import builder, replacer, updater
+from ._kinds import KINDS, ItemKind, ItemStatus, Kind, Outcome
 from ._text import Rope, flush_utf8, rope_items, rope_text
 from ._vocab import Vocabulary
 
@@ -42,24 +36,6 @@ __all__ = [
     "grow",
     "open_item",
 ]
-
-ItemStatus = Literal["in_progress", "completed", "incomplete"]
-ItemKind = Literal[
-    "message",
-    "reasoning",
-    "function_call",
-    "web_search_call",
-    "code_interpreter_call",
-    "mcp_call",
-]
-_ID_PREFIX = {
-    "message": "msg",
-    "reasoning": "rs",
-    "function_call": "fc",
-    "web_search_call": "ws",
-    "code_interpreter_call": "ci",
-    "mcp_call": "mcp",
-}
 
 
 class Out:
@@ -110,7 +86,7 @@ _decode = codecs.utf_8_decode
 def item_ids(response_id: str, kind: ItemKind, output_index: int) -> tuple[str, str]:
     """The item id and call id of an item: derived, never random, so replays are identical."""
     base = response_id.removeprefix("resp_")
-    return f"{_ID_PREFIX[kind]}_{base}_{output_index}", f"call_{base}_{output_index}"
+    return f"{KINDS[kind].prefix}_{base}_{output_index}", f"call_{base}_{output_index}"
 
 
 def open_item(
@@ -123,53 +99,36 @@ def open_item(
     server_label: str | None = None,
     phase: Literal["commentary", "final_answer"] | None = None,
 ) -> OpenItem:
+    row = KINDS[kind]
     item_id, call_id = item_ids(response_id, kind, output_index)
     item = OpenItem(
         kind=kind,
         output_index=output_index,
         item_id=item_id,
-        call_id=call_id if kind == "function_call" else None,
+        call_id=call_id if row.call_id else None,
         name=name,
         server_label=server_label,
         phase=phase,
-        container_id="cntr_" + response_id.removeprefix("resp_")
-        if kind == "code_interpreter_call"
-        else None,
+        container_id="cntr_" + response_id.removeprefix("resp_") if row.container else None,
     )
     out.emit(
         ev.ResponseOutputItemAddedEvent,
         output_index=output_index,
-        item=_snapshot(item, "", "in_progress", ()),
+        item=row.build(item, "", "in_progress", (), None),
     )
     emit_opened(out, item)
     return item
 
 
 def emit_opened(out: Out, item: OpenItem) -> None:
-    """The events that follow an item's `output_item.added` in the same call: its content part,
-    or its `in_progress` progress event."""
-    kind = item.kind
+    """The events that follow an item's `output_item.added` in the same call: its content part
+    and its row's `opened` progress events."""
+    row = KINDS[item.kind]
     where = {"item_id": item.item_id, "output_index": item.output_index}
-    if kind == "message":
-        out.emit(
-            ev.ResponseContentPartAddedEvent,
-            content_index=0,
-            part=m.ResponseOutputText(text=""),
-            **where,
-        )
-    elif kind == "reasoning":
-        out.emit(
-            ev.ResponseContentPartAddedEvent,
-            content_index=0,
-            part=m.ReasoningText(text=""),
-            **where,
-        )
-    elif kind == "web_search_call":
-        out.emit(ev.ResponseWebSearchCallInProgressEvent, **where)
-    elif kind == "code_interpreter_call":
-        out.emit(ev.ResponseCodeInterpreterCallInProgressEvent, **where)
-    elif kind == "mcp_call":
-        out.emit(ev.ResponseMcpCallInProgressEvent, **where)
+    if row.part is not None:
+        out.emit(ev.ResponseContentPartAddedEvent, content_index=0, part=row.part(text=""), **where)
+    for progress in row.opened:
+        out.emit(progress, **where)
 
 
 def _text_logprob(vocab: Vocabulary, entry: tuple[int, float, Any]) -> m.TextLogprob:
@@ -188,16 +147,19 @@ def _text_logprob(vocab: Vocabulary, entry: tuple[int, float, Any]) -> m.TextLog
 
 # Per kind: the delta event for one piece of text, `(seq, item_id, output_index, delta)`,
 # built without `__init__`'s keyword handling because it runs for nearly every token (see
-# `_fast.builder`). web_search_call has no delta event: its arguments become the action on close.
+# `_fast.builder`); None for a kind whose text is collected silently. `_accel` hands these to
+# the compiled hot path too.
 _WHERE = ("sequence_number", "item_id", "output_index", "delta")
-DELTAS: dict[str, Any] = {
-    "message": builder(ev.ResponseTextDeltaEvent, *_WHERE, content_index=0),
-    "reasoning": builder(ev.ResponseReasoningTextDeltaEvent, *_WHERE, content_index=0),
-    "function_call": builder(ev.ResponseFunctionCallArgumentsDeltaEvent, *_WHERE),
-    "code_interpreter_call": builder(ev.ResponseCodeInterpreterCallCodeDeltaEvent, *_WHERE),
-    "mcp_call": builder(ev.ResponseMcpCallArgumentsDeltaEvent, *_WHERE),
-    "web_search_call": None,
-}
+
+
+def _delta_builder(row: Kind) -> Any:
+    if row.delta is None:
+        return None
+    constants = {"content_index": 0} if row.part is not None else {}
+    return builder(row.delta, *_WHERE, **constants)
+
+
+DELTAS: dict[str, Any] = {name: _delta_builder(row) for name, row in KINDS.items()}
 _text_delta_with_logprobs = builder(ev.ResponseTextDeltaEvent, *_WHERE, "logprobs", content_index=0)
 _item_grown = updater(OpenItem, "text", "pending")
 
@@ -292,25 +254,6 @@ def append_text_with_logprobs(
     return replace_item(item, text=(item.text, text))
 
 
-def _web_search_action(arguments: str, name: str | None) -> m.WebSearchAction:
-    try:
-        args = json.loads(arguments) if arguments.strip() else {}
-    except json.JSONDecodeError:
-        args = None
-    if not isinstance(args, dict):
-        return m.ActionSearch(query=arguments or None)
-
-    def text(key: str) -> str | None:
-        value = args.get(key)
-        return value if isinstance(value, str) else None
-
-    if name == "open":
-        return m.ActionOpenPage(url=text("url") or text("id"))
-    if name == "find" and text("pattern") is not None:
-        return m.ActionFind(pattern=text("pattern") or "", url=text("url") or "")
-    return m.ActionSearch(query=text("query"))
-
-
 def _part_logprobs(vocab: Vocabulary, tokens: Rope) -> tuple[m.Logprob, ...]:
     def entry(token: int, logprob: float, top: Any) -> m.Logprob:
         raw = vocab.bytes_of(token)
@@ -331,94 +274,35 @@ def _part_logprobs(vocab: Vocabulary, tokens: Rope) -> tuple[m.Logprob, ...]:
     return tuple(entry(*e) for e in rope_items(tokens))
 
 
-def _snapshot(
-    item: OpenItem, text: str, status: ItemStatus, logprobs: tuple[m.Logprob, ...]
+def close_item(
+    out: Out,
+    item: OpenItem,
+    vocab: Vocabulary,
+    *,
+    complete: bool,
+    outcome: Outcome | None = None,
 ) -> m.OutputItem:
-    """The item as the wire shows it, with `text` as its content so far."""
-    kind = item.kind
-    if kind == "message":
-        message_content: tuple[m.ResponseOutputText, ...] = (
-            () if status == "in_progress" else (m.ResponseOutputText(text=text, logprobs=logprobs),)
-        )
-        return m.ResponseOutputMessage(
-            id=item.item_id, status=status, content=message_content, phase=item.phase
-        )
-    if kind == "reasoning":
-        reasoning: tuple[m.ReasoningText, ...] = (
-            () if status == "in_progress" else (m.ReasoningText(text=text),)
-        )
-        return m.ResponseReasoningItem(id=item.item_id, content=reasoning, status=status)
-    if kind == "function_call":
-        return m.ResponseFunctionToolCall(
-            id=item.item_id,
-            call_id=item.call_id or "",
-            name=item.name or "",
-            arguments=text,
-            status=status,
-        )
-    if kind == "web_search_call":
-        action = (
-            m.ActionSearch() if status == "in_progress" else _web_search_action(text, item.name)
-        )
-        return m.ResponseFunctionWebSearch(id=item.item_id, action=action, status=status)
-    if kind == "code_interpreter_call":
-        return m.ResponseCodeInterpreterToolCall(
-            id=item.item_id, code=text, container_id=item.container_id or "", status=status
-        )
-    return m.McpCall(
-        id=item.item_id,
-        name=item.name or "",
-        server_label=item.server_label or "",
-        arguments=text,
-        status=status,
-    )
-
-
-def close_item(out: Out, item: OpenItem, vocab: Vocabulary, *, complete: bool) -> m.OutputItem:
     """Emit every close event of `item`; returns the finished item for `response.output`."""
     tail = flush_utf8(item.pending)
     if tail:
         item = append_text(out, item, tail)
     text = rope_text(item.text)
-    status: ItemStatus = "completed" if complete else "incomplete"
+    row = KINDS[item.kind]
     where = {"item_id": item.item_id, "output_index": item.output_index}
-    kind = item.kind
     part_logprobs = _part_logprobs(vocab, item.tokens) if item.tokens is not None else ()
-    if kind == "message":
-        text_logprobs = tuple(_text_logprob(vocab, e) for e in rope_items(item.tokens))
-        out.emit(
-            ev.ResponseTextDoneEvent, content_index=0, text=text, logprobs=text_logprobs, **where
-        )
-        out.emit(
-            ev.ResponseContentPartDoneEvent,
-            content_index=0,
-            part=m.ResponseOutputText(text=text, logprobs=part_logprobs),
-            **where,
-        )
-    elif kind == "reasoning":
-        out.emit(ev.ResponseReasoningTextDoneEvent, content_index=0, text=text, **where)
-        out.emit(
-            ev.ResponseContentPartDoneEvent,
-            content_index=0,
-            part=m.ReasoningText(text=text),
-            **where,
-        )
-    elif kind == "function_call":
-        out.emit(ev.ResponseFunctionCallArgumentsDoneEvent, arguments=text, **where)
-    elif kind == "web_search_call":
-        if complete:
-            out.emit(ev.ResponseWebSearchCallSearchingEvent, **where)
-            out.emit(ev.ResponseWebSearchCallCompletedEvent, **where)
-    elif kind == "code_interpreter_call":
-        out.emit(ev.ResponseCodeInterpreterCallCodeDoneEvent, code=text, **where)
-        if complete:
-            out.emit(ev.ResponseCodeInterpreterCallInterpretingEvent, **where)
-            out.emit(ev.ResponseCodeInterpreterCallCompletedEvent, **where)
-    else:
-        out.emit(ev.ResponseMcpCallArgumentsDoneEvent, arguments=text, **where)
-        out.emit(
-            ev.ResponseMcpCallCompletedEvent if complete else ev.ResponseMcpCallFailedEvent, **where
-        )
-    done = _snapshot(item, text, status, part_logprobs)
+    if row.done is not None:
+        fields: dict[str, Any] = {row.done_field: text}
+        if row.part is not None:
+            fields["content_index"] = 0
+        if row.logprobs:
+            fields["logprobs"] = tuple(_text_logprob(vocab, e) for e in rope_items(item.tokens))
+        out.emit(row.done, **fields, **where)
+    if row.part is not None:
+        part = row.part(text=text, logprobs=part_logprobs) if row.logprobs else row.part(text=text)
+        out.emit(ev.ResponseContentPartDoneEvent, content_index=0, part=part, **where)
+    status: ItemStatus = "completed" if complete else "incomplete"
+    for progress in (*row.running, *row.completed) if complete else row.failed:
+        out.emit(progress, **where)
+    done = row.build(item, text, status, part_logprobs, outcome)
     out.emit(ev.ResponseOutputItemDoneEvent, output_index=item.output_index, item=done)
     return done

@@ -25,7 +25,8 @@ import attrs
 from . import _events as ev
 from . import _model as m
 from ._errors import ReducerUsageError
-from ._items import ItemKind, OpenItem, Out, close_item, emit_opened
+from ._items import OpenItem, Out, close_item, emit_opened
+from ._kinds import KINDS, kind_of_item
 from ._snapshot import TEXT_DELTAS, snapshot
 from ._vocab import Vocabulary
 
@@ -37,47 +38,29 @@ _NO_VOCABULARY = Vocabulary(name="none", token_bytes=())
 
 def _open_item(item: m.OutputItem, output_index: int, text: str) -> OpenItem:
     """The reducer's view of an item from its `output_item.added` event and its deltas."""
-    kind: ItemKind
-    name = server_label = container_id = call_id = phase = None
-    if isinstance(item, m.ResponseOutputMessage):
-        kind, phase = "message", item.phase
-    elif isinstance(item, m.ResponseReasoningItem):
-        kind = "reasoning"
-    elif isinstance(item, m.ResponseFunctionToolCall):
-        kind, name, call_id = "function_call", item.name, item.call_id
-    elif isinstance(item, m.ResponseFunctionWebSearch):
-        kind = "web_search_call"
-    elif isinstance(item, m.ResponseCodeInterpreterToolCall):
-        kind, container_id = "code_interpreter_call", item.container_id
-    elif isinstance(item, m.McpCall):
-        kind, name, server_label = "mcp_call", item.name, item.server_label
-    else:
+    row = kind_of_item(item)
+    if row is None:
         raise ReducerUsageError(
             f"close_interrupted() cannot close an item of type {item.type!r} "
             "that the reducer never opens"
         )
+    # The identity fields an item class has (a message's phase, a call's name, ...).
     return OpenItem(
-        kind=kind,
+        kind=row.name,  # type: ignore[arg-type]
         output_index=output_index,
         item_id=item.id or "",
-        call_id=call_id,
-        name=name,
-        server_label=server_label,
-        container_id=container_id,
-        phase=phase,
+        call_id=getattr(item, "call_id", None),
+        name=getattr(item, "name", None),
+        server_label=getattr(item, "server_label", None),
+        container_id=getattr(item, "container_id", None),
+        phase=getattr(item, "phase", None),
         text=(None, text) if text else None,
     )
 
 
 # Progress events that only a successful close sends: seeing one means the cut fell inside a
 # close with `complete=True`, which is then finished the same way.
-_SUCCESS_EVENTS = (
-    ev.ResponseWebSearchCallSearchingEvent,
-    ev.ResponseWebSearchCallCompletedEvent,
-    ev.ResponseCodeInterpreterCallInterpretingEvent,
-    ev.ResponseCodeInterpreterCallCompletedEvent,
-    ev.ResponseMcpCallCompletedEvent,
-)
+_SUCCESS_EVENTS = tuple(e for row in KINDS.values() for e in (*row.running, *row.completed))
 
 
 def _owed(item: OpenItem, sent: list[ev.Event]) -> list[ev.Event]:

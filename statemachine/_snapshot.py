@@ -9,12 +9,14 @@ which is how a server can serve `GET /v1/responses/{id}` from its event log.
 from __future__ import annotations
 
 from collections.abc import Iterable
+from typing import Any, Protocol
 
 import attrs
 
 from . import _events as ev
 from . import _model as m
 from ._errors import ReducerUsageError
+from ._kinds import KINDS, kind_of_item
 
 __all__ = ["TEXT_DELTAS", "snapshot"]
 
@@ -26,26 +28,32 @@ _LIFECYCLE = (
     ev.ResponseIncompleteEvent,
     ev.ResponseFailedEvent,
 )
-TEXT_DELTAS = (
-    ev.ResponseTextDeltaEvent,
-    ev.ResponseReasoningTextDeltaEvent,
-    ev.ResponseFunctionCallArgumentsDeltaEvent,
-    ev.ResponseCodeInterpreterCallCodeDeltaEvent,
-    ev.ResponseMcpCallArgumentsDeltaEvent,
+
+
+class TextDelta(Protocol):
+    """What every delta event has (the kinds table names their classes)."""
+
+    @property
+    def output_index(self) -> int: ...
+
+    @property
+    def delta(self) -> str: ...
+
+
+TEXT_DELTAS: tuple[type[TextDelta], ...] = tuple(
+    row.delta for row in KINDS.values() if row.delta is not None
 )
 
 
 def _with_text(item: m.OutputItem, text: str) -> m.OutputItem:
     """An in-progress item showing the text its deltas carried so far."""
-    if isinstance(item, m.ResponseOutputMessage):
-        return attrs.evolve(item, content=(m.ResponseOutputText(text=text),))
-    if isinstance(item, m.ResponseReasoningItem):
-        return attrs.evolve(item, content=(m.ReasoningText(text=text),))
-    if isinstance(item, m.ResponseFunctionToolCall | m.McpCall):
-        return attrs.evolve(item, arguments=text)
-    if isinstance(item, m.ResponseCodeInterpreterToolCall):
-        return attrs.evolve(item, code=text)
-    return item
+    row = kind_of_item(item)
+    if row is None or row.delta is None:
+        return item
+    text_field: dict[str, Any] = (
+        {"content": (row.part(text=text),)} if row.part is not None else {row.done_field: text}
+    )
+    return attrs.evolve(item, **text_field)
 
 
 def snapshot(events: Iterable[ev.Event]) -> m.Response:
