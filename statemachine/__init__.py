@@ -10,10 +10,20 @@ from ._events import __all__ as _events_all
 from ._grammar import FINISH_REASONS, FinishReason, Grammar, ResponseState
 from ._grammars.harmony import HarmonyGrammar
 from ._grammars.thinktags import ThinkTagGrammar
+from ._loop import (
+    McpToolInfo,
+    PendingCall,
+    approved_call,
+    list_tools,
+    next_generation,
+    pending_call,
+    tool_result,
+)
 from ._model import *  # noqa: F403
 from ._model import __all__ as _model_all
 from ._recover import close_interrupted
 from ._reducer import finish, start
+from ._servertools import McpServer, ServerTools
 from ._snapshot import snapshot
 from ._sse import SSEFramingError, SSEMessage, SSEParser, parse_sse, sse_frame
 from ._vocab import Vocabulary
@@ -24,6 +34,15 @@ __all__ = [
     "FinishReason",
     "Grammar",
     "HarmonyGrammar",
+    "McpServer",
+    "McpToolInfo",
+    "PendingCall",
+    "ServerTools",
+    "approved_call",
+    "list_tools",
+    "next_generation",
+    "pending_call",
+    "tool_result",
     "ReducerUsageError",
     "SSEFramingError",
     "SSEMessage",

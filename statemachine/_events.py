@@ -42,6 +42,9 @@ __all__ = [
     "ResponseMcpCallCompletedEvent",
     "ResponseMcpCallFailedEvent",
     "ResponseMcpCallInProgressEvent",
+    "ResponseMcpListToolsCompletedEvent",
+    "ResponseMcpListToolsFailedEvent",
+    "ResponseMcpListToolsInProgressEvent",
     "ResponseOutputItemAddedEvent",
     "ResponseOutputItemDoneEvent",
     "ResponseQueuedEvent",
@@ -378,6 +381,36 @@ class ResponseMcpCallFailedEvent:
     output_index: int
 
 
+@attrs.frozen(kw_only=True)
+class ResponseMcpListToolsInProgressEvent:
+    type: Literal["response.mcp_list_tools.in_progress"] = _type(  # type: ignore[assignment]
+        "response.mcp_list_tools.in_progress"
+    )
+    sequence_number: int
+    item_id: str
+    output_index: int
+
+
+@attrs.frozen(kw_only=True)
+class ResponseMcpListToolsCompletedEvent:
+    type: Literal["response.mcp_list_tools.completed"] = _type(  # type: ignore[assignment]
+        "response.mcp_list_tools.completed"
+    )
+    sequence_number: int
+    item_id: str
+    output_index: int
+
+
+@attrs.frozen(kw_only=True)
+class ResponseMcpListToolsFailedEvent:
+    type: Literal["response.mcp_list_tools.failed"] = _type(  # type: ignore[assignment]
+        "response.mcp_list_tools.failed"
+    )
+    sequence_number: int
+    item_id: str
+    output_index: int
+
+
 Event = (
     ResponseCreatedEvent
     | ResponseQueuedEvent
@@ -411,6 +444,9 @@ Event = (
     | ResponseMcpCallInProgressEvent
     | ResponseMcpCallCompletedEvent
     | ResponseMcpCallFailedEvent
+    | ResponseMcpListToolsInProgressEvent
+    | ResponseMcpListToolsCompletedEvent
+    | ResponseMcpListToolsFailedEvent
 )
 
 #: wire `type` -> event class, for reading events back.

@@ -14,7 +14,10 @@ from typing import Any, Literal, NamedTuple, Protocol
 
 from . import _model as m
 from ._fast import replacer
-from ._items import ItemKind, OpenItem, Out, close_item, open_item
+from ._items import ItemKind, OpenItem, Out, close_item, end_call, open_item, settle
+from ._kinds import ItemStatus, Outcome
+from ._servertools import NO_SERVER_TOOLS, ServerTools
+from ._text import rope_text
 from ._vocab import Vocabulary
 
 __all__ = [
@@ -25,10 +28,11 @@ __all__ = [
     "close_open",
     "open_next",
     "replace_state",
+    "settle_call",
 ]
 
-FinishReason = Literal["stop", "length", "abort", "error"]
-FINISH_REASONS: tuple[FinishReason, ...] = ("stop", "length", "abort", "error")
+FinishReason = Literal["stop", "length", "abort", "error", "tool_limit"]
+FINISH_REASONS: tuple[FinishReason, ...] = ("stop", "length", "abort", "error", "tool_limit")
 
 
 class Grammar(Protocol):
@@ -69,10 +73,12 @@ class ResponseState(NamedTuple):
     reasoning_tokens: int = 0
     input_tokens: int = 0
     finished: bool = False
+    server_tools: ServerTools = NO_SERVER_TOOLS
+    call: OpenItem | None = None  # a server-side call waiting for `tool_result` (`_loop.py`)
 
     @property
     def next_output_index(self) -> int:
-        return len(self.output) + (self.open is not None)
+        return len(self.output) + (self.open is not None) + (self.call is not None)
 
 
 replace_state = replacer(ResponseState)
@@ -93,8 +99,26 @@ def open_next(out: Out, state: ResponseState, kind: ItemKind, **identity: Any) -
 
 
 def close_open(state: ResponseState, out: Out, *, complete: bool) -> ResponseState:
-    """Close the open item, if any, and append it to the output."""
-    if state.open is None:
+    """Close the open item, if any, and append it to the output.
+
+    A call the server runs (`state.server_tools`) is not appended: written in full, it becomes
+    the pending call that `tool_result` completes.
+    """
+    item = state.open
+    if item is None:
         return state
-    done = close_item(out, state.open, state.grammar.vocabulary, complete=complete)
+    if complete and state.server_tools.runs(item.kind, item.server_label):
+        pending = end_call(out, item, state.grammar.vocabulary)
+        return replace_state(state, open=None, call=pending)
+    done = close_item(out, item, state.grammar.vocabulary, complete=complete)
     return replace_state(state, open=None, output=(*state.output, done))
+
+
+def settle_call(
+    state: ResponseState, out: Out, status: ItemStatus, outcome: Outcome | None = None
+) -> ResponseState:
+    """End the pending call with `status` and append it to the output."""
+    call = state.call
+    assert call is not None
+    done = settle(out, call, rope_text(call.text), status, outcome=outcome)
+    return replace_state(state, call=None, output=(*state.output, done))

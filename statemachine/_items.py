@@ -33,8 +33,10 @@ __all__ = [
     "append_text_with_logprobs",
     "close_item",
     "emit_opened",
+    "end_call",
     "grow",
     "open_item",
+    "settle",
 ]
 
 
@@ -77,6 +79,7 @@ class OpenItem(NamedTuple):
     pending: bytes = b""
     tokens: Rope = None
     unsent: int = 0
+    approval_request_id: str | None = None
 
 
 replace_item = replacer(OpenItem)
@@ -98,6 +101,7 @@ def open_item(
     name: str | None = None,
     server_label: str | None = None,
     phase: Literal["commentary", "final_answer"] | None = None,
+    approval_request_id: str | None = None,
 ) -> OpenItem:
     row = KINDS[kind]
     item_id, call_id = item_ids(response_id, kind, output_index)
@@ -110,6 +114,7 @@ def open_item(
         server_label=server_label,
         phase=phase,
         container_id="cntr_" + response_id.removeprefix("resp_") if row.container else None,
+        approval_request_id=approval_request_id,
     )
     out.emit(
         ev.ResponseOutputItemAddedEvent,
@@ -274,15 +279,11 @@ def _part_logprobs(vocab: Vocabulary, tokens: Rope) -> tuple[m.Logprob, ...]:
     return tuple(entry(*e) for e in rope_items(tokens))
 
 
-def close_item(
-    out: Out,
-    item: OpenItem,
-    vocab: Vocabulary,
-    *,
-    complete: bool,
-    outcome: Outcome | None = None,
-) -> m.OutputItem:
-    """Emit every close event of `item`; returns the finished item for `response.output`."""
+def _end_text(
+    out: Out, item: OpenItem, vocab: Vocabulary
+) -> tuple[OpenItem, str, tuple[m.Logprob, ...]]:
+    """Close the item's text: its `done` event and its part's; returns the item, its whole
+    text and (message text only) the content part's logprobs."""
     tail = flush_utf8(item.pending)
     if tail:
         item = append_text(out, item, tail)
@@ -300,9 +301,56 @@ def close_item(
     if row.part is not None:
         part = row.part(text=text, logprobs=part_logprobs) if row.logprobs else row.part(text=text)
         out.emit(ev.ResponseContentPartDoneEvent, content_index=0, part=part, **where)
-    status: ItemStatus = "completed" if complete else "incomplete"
-    for progress in (*row.running, *row.completed) if complete else row.failed:
+    return item, text, part_logprobs
+
+
+def settle(
+    out: Out,
+    item: OpenItem,
+    text: str,
+    status: ItemStatus,
+    *,
+    logprobs: tuple[m.Logprob, ...] = (),
+    outcome: Outcome | None = None,
+) -> m.OutputItem:
+    """The end of an item whose text is closed: `completed` (after `running`, unless the call
+    was pending and `running` went out already) or `failed` progress events, then
+    `output_item.done` with `status`."""
+    row = KINDS[item.kind]
+    where = {"item_id": item.item_id, "output_index": item.output_index}
+    for progress in row.completed if status == "completed" else row.failed:
         out.emit(progress, **where)
-    done = row.build(item, text, status, part_logprobs, outcome)
+    done = row.build(item, text, status, logprobs, outcome)
     out.emit(ev.ResponseOutputItemDoneEvent, output_index=item.output_index, item=done)
     return done
+
+
+def close_item(
+    out: Out,
+    item: OpenItem,
+    vocab: Vocabulary,
+    *,
+    complete: bool,
+    outcome: Outcome | None = None,
+) -> m.OutputItem:
+    """Emit every close event of `item`; returns the finished item for `response.output`."""
+    item, text, logprobs = _end_text(out, item, vocab)
+    if complete:
+        run_call(out, item)
+    status: ItemStatus = "completed" if complete else "incomplete"
+    return settle(out, item, text, status, logprobs=logprobs, outcome=outcome)
+
+
+def run_call(out: Out, item: OpenItem) -> None:
+    """The `running` progress events: a call is written in full and its tool runs now."""
+    where = {"item_id": item.item_id, "output_index": item.output_index}
+    for progress in KINDS[item.kind].running:
+        out.emit(progress, **where)
+
+
+def end_call(out: Out, item: OpenItem, vocab: Vocabulary) -> OpenItem:
+    """A call the server runs, written in full: its text closed and its `running` events sent.
+    The returned item (holding the whole text) is pending until `settle` brings its outcome."""
+    item, text, _ = _end_text(out, item, vocab)
+    run_call(out, item)
+    return replace_item(item, text=(None, text) if text else None, pending=b"")

@@ -46,6 +46,8 @@ ItemKind = Literal[
     "web_search_call",
     "code_interpreter_call",
     "mcp_call",
+    "mcp_list_tools",
+    "mcp_approval_request",
 ]
 ItemStatus = Literal["in_progress", "completed", "incomplete", "failed"]
 
@@ -55,7 +57,10 @@ class Outcome:
     """What a server-side tool call came to (`tool_result`), for its done item."""
 
     output: str | None = None
+    error: m.McpCallError | None = None
     outputs: tuple[m.CodeInterpreterOutputLogs, ...] | None = None
+    tools: tuple[m.McpListToolsTool, ...] = ()
+    listing_error: str | None = None
 
 
 Build = Callable[["OpenItem", str, ItemStatus, tuple[m.Logprob, ...], Outcome | None], m.OutputItem]
@@ -162,8 +167,32 @@ def _mcp_call(
         name=item.name or "",
         server_label=item.server_label or "",
         arguments=text,
+        approval_request_id=item.approval_request_id,
         output=None if outcome is None else outcome.output,
+        error=None if outcome is None else outcome.error,
         status=status,
+    )
+
+
+def _mcp_list_tools(
+    item: OpenItem, _: str, __: ItemStatus, ___: Any, outcome: Outcome | None
+) -> m.OutputItem:
+    return m.McpListTools(
+        id=item.item_id,
+        server_label=item.server_label or "",
+        tools=() if outcome is None else outcome.tools,
+        error=None if outcome is None else outcome.listing_error,
+    )
+
+
+def _mcp_approval_request(
+    item: OpenItem, text: str, _: ItemStatus, __: Any, ___: Any
+) -> m.OutputItem:
+    return m.McpApprovalRequest(
+        id=item.item_id,
+        name=item.name or "",
+        server_label=item.server_label or "",
+        arguments=text,
     )
 
 
@@ -235,6 +264,21 @@ _ROWS = (
         done_field="arguments",
         completed=(ev.ResponseMcpCallCompletedEvent,),
         failed=(ev.ResponseMcpCallFailedEvent,),
+    ),
+    Kind(
+        name="mcp_list_tools",
+        prefix="mcpl",
+        item=m.McpListTools,
+        build=_mcp_list_tools,
+        opened=(ev.ResponseMcpListToolsInProgressEvent,),
+        completed=(ev.ResponseMcpListToolsCompletedEvent,),
+        failed=(ev.ResponseMcpListToolsFailedEvent,),
+    ),
+    Kind(
+        name="mcp_approval_request",
+        prefix="mcpr",
+        item=m.McpApprovalRequest,
+        build=_mcp_approval_request,
     ),
 )
 

@@ -19,11 +19,19 @@ __all__ = [
     "CodeInterpreterOutputLogs",
     "ContentPart",
     "FunctionTool",
+    "HttpError",
     "IncompleteDetails",
     "InputTokensDetails",
     "Logprob",
     "LogprobTopLogprob",
+    "McpApprovalRequest",
     "McpCall",
+    "McpCallError",
+    "McpErrorText",
+    "McpListTools",
+    "McpListToolsTool",
+    "McpProtocolError",
+    "McpToolExecutionError",
     "OutputItem",
     "OutputTokensDetails",
     "ReasoningConfig",
@@ -223,8 +231,52 @@ class ResponseCodeInterpreterToolCall:
     id: str
     code: str | None
     container_id: str
-    outputs: tuple[CodeInterpreterOutputLogs, ...] | None = None
+    # The API always sends `outputs`, null until the code ran; strict clients (the Vercel AI
+    # SDK's zod schemas) reject an item without the key, so it is kept as null on the wire.
+    outputs: tuple[CodeInterpreterOutputLogs, ...] | None = attrs.field(
+        default=None, metadata={"wire_null": True}
+    )
     status: Literal["in_progress", "completed", "incomplete", "interpreting", "failed"]
+
+
+@attrs.frozen(kw_only=True)
+class McpProtocolError:
+    """openai `mcp_tool_call_error.McpProtocolError`: the MCP server answered with an error."""
+
+    type: Literal["mcp_protocol_error"] = attrs.field(default="mcp_protocol_error", init=False)
+    code: int
+    message: str
+
+
+@attrs.frozen(kw_only=True)
+class McpErrorText:
+    """MCP's `TextContent`: one text block of a tool's error result."""
+
+    type: Literal["text"] = attrs.field(default="text", init=False)
+    text: str
+
+
+@attrs.frozen(kw_only=True)
+class McpToolExecutionError:
+    """openai `mcp_tool_call_error.McpToolExecutionError`: the tool ran and failed; `content`
+    is what it said (MCP `CallToolResult.content` with `isError`)."""
+
+    type: Literal["mcp_tool_execution_error"] = attrs.field(
+        default="mcp_tool_execution_error", init=False
+    )
+    content: tuple[McpErrorText, ...] = ()
+
+
+@attrs.frozen(kw_only=True)
+class HttpError:
+    """openai `mcp_tool_call_error.HTTPError`: the MCP server could not be reached."""
+
+    type: Literal["http_error"] = attrs.field(default="http_error", init=False)
+    code: int
+    message: str
+
+
+McpCallError = McpProtocolError | McpToolExecutionError | HttpError
 
 
 @attrs.frozen(kw_only=True)
@@ -236,8 +288,43 @@ class McpCall:
     name: str
     server_label: str
     arguments: str
+    approval_request_id: str | None = None
+    error: McpCallError | None = None
     output: str | None = None
     status: Literal["in_progress", "completed", "incomplete", "calling", "failed"] | None = None
+
+
+@attrs.frozen(kw_only=True)
+class McpListToolsTool:
+    """openai `response_output_item.McpListToolsTool`: one tool an MCP server offers."""
+
+    name: str
+    input_schema: dict[str, object] = attrs.field(factory=dict)
+    description: str | None = None
+    annotations: dict[str, object] | None = None
+
+
+@attrs.frozen(kw_only=True)
+class McpListTools:
+    """openai `response_output_item.McpListTools`, wire type `mcp_list_tools`."""
+
+    type: Literal["mcp_list_tools"] = attrs.field(default="mcp_list_tools", init=False)
+    id: str
+    server_label: str
+    tools: tuple[McpListToolsTool, ...] = ()
+    error: str | None = None
+
+
+@attrs.frozen(kw_only=True)
+class McpApprovalRequest:
+    """openai `response_output_item.McpApprovalRequest`, wire type `mcp_approval_request`: an
+    MCP call that waits for the client's `mcp_approval_response` before it runs."""
+
+    type: Literal["mcp_approval_request"] = attrs.field(default="mcp_approval_request", init=False)
+    id: str
+    arguments: str
+    name: str
+    server_label: str
 
 
 OutputItem = (
@@ -247,6 +334,8 @@ OutputItem = (
     | ResponseFunctionWebSearch
     | ResponseCodeInterpreterToolCall
     | McpCall
+    | McpListTools
+    | McpApprovalRequest
 )
 
 

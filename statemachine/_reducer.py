@@ -14,6 +14,11 @@ grows and closes; `_items.py` decides what events that is. Sequence numbers, out
 and ids are fixed at the moment an event is made and travel in the state; nothing is patched
 later.
 
+A response may span several generations (the agent loop, `_loop.py`): a call to a tool the
+server runs (`server_tools` at `start`) is not closed when the model finishes writing it but
+left *pending*; stepping stops until `tool_result` completes it and `next_generation` begins the
+next generation in the same response, whose ids, output indices and sequence numbers continue.
+
 Every call returns a new state and leaves its input untouched, reads no clock and draws no
 random number: the same tokens give byte-identical events, however the engine chunked them.
 """
@@ -32,20 +37,31 @@ from ._grammar import (
     ResponseState,
     close_open,
     replace_state,
+    settle_call,
 )
 from ._items import Out
+from ._servertools import NO_SERVER_TOOLS, ServerTools
 
-__all__ = ["finish", "start", "step"]
+__all__ = ["closed_error", "finish", "start", "step"]
 
 
 def start(
-    grammar: Grammar, response: m.Response, *, input_tokens: int = 0
+    grammar: Grammar,
+    response: m.Response,
+    *,
+    input_tokens: int = 0,
+    server_tools: ServerTools = NO_SERVER_TOOLS,
 ) -> tuple[ResponseState, list[ev.Event]]:
     """Begin a response: emits `response.created` and `response.in_progress`.
 
     `response` carries the identity and echoed request settings (id, model, created_at,
-    tools, instructions, ...); its status and output are set here.
+    tools, instructions, ...); its status and output are set here. `server_tools` says which
+    calls the server runs itself (the agent loop, `_loop.py`); by default none.
     """
+    if not isinstance(server_tools, ServerTools):
+        raise ReducerUsageError(
+            f"start(server_tools=...) takes a ServerTools, got {type(server_tools).__name__}"
+        )
     if response.output:
         raise ReducerUsageError(
             "start() takes a Response with empty output; items come from tokens"
@@ -62,6 +78,7 @@ def start(
         seq=out.seq,
         parse=grammar.initial(),
         input_tokens=input_tokens,
+        server_tools=server_tools,
     )
     return state, out.events
 
@@ -73,11 +90,8 @@ def step(
     top_logprobs: tuple[tuple[int, float], ...] | None = None,
 ) -> tuple[ResponseState, list[ev.Event]]:
     """Consume exactly one token id; returns the new state and the events it caused."""
-    if state.finished:
-        raise ReducerUsageError(
-            f"step() after finish() on response {state.response.id}: the response is closed; "
-            "start a new one with start()"
-        )
+    if state.finished or state.call is not None:
+        raise closed_error(state, "step()")
     grammar = state.grammar
     if type(token) is not int or not 0 <= token < len(grammar.vocabulary.token_bytes):
         grammar.vocabulary.bytes_of(token)  # raises ReducerUsageError naming the token
@@ -87,6 +101,23 @@ def step(
     if new.output_tokens == state.output_tokens or new.seq != out.seq:
         new = replace_state(new, seq=out.seq, output_tokens=state.output_tokens + 1)
     return new, out.events
+
+
+def closed_error(state: ResponseState, what: str) -> ReducerUsageError:
+    """The error for `what` on a response that takes no tokens now: finished, or waiting for a
+    server-side call's result."""
+    if state.finished:
+        return ReducerUsageError(
+            f"{what} after finish() on response {state.response.id}: the response is closed; "
+            "start a new one with start()"
+        )
+    call = state.call
+    assert call is not None
+    return ReducerUsageError(
+        f"{what} while the {call.kind} {call.item_id} waits for its result: the generation "
+        "ends at a server-side call (stop the engine at <|call|>); answer it with "
+        "tool_result(), then begin the next generation with next_generation()"
+    )
 
 
 def _usage(state: ResponseState) -> m.ResponseUsage:
@@ -104,9 +135,11 @@ def finish(
     """Close every open part and item, then emit exactly one terminal event.
 
     `stop` → `response.completed`; `length` → `response.incomplete` (reason
-    `max_output_tokens`, the cut item `incomplete`); `error` → `response.failed` with `error`
-    as its message; `abort` → `response.failed` with status `cancelled` (the SDK has no
-    `response.cancelled` event; see specs/README.md).
+    `max_output_tokens`, the cut item `incomplete`); `tool_limit` (the agent loop stopped at its
+    limit of tool calls or generations) → `response.incomplete` with reason `max_messages`;
+    `error` → `response.failed` with `error` as its message; `abort` → `response.failed` with
+    status `cancelled` (the SDK has no `response.cancelled` event; see specs/README.md). A call
+    still pending never got its result: it ends `incomplete`.
     """
     if state.finished:
         raise ReducerUsageError(
@@ -123,18 +156,24 @@ def finish(
         )
     complete = reason == "stop"
     out = Out(state.seq)
+    if state.call is not None:  # the tool never answered: the call did not finish
+        state = settle_call(state, out, "incomplete")
     state = state.grammar.flush(state, out, complete)
     state = close_open(state, out, complete=complete)
+    if state.call is not None:  # a call the flush closed is not run any more either
+        state = settle_call(state, out, "incomplete")
     base = attrs.evolve(state.response, output=state.output, usage=_usage(state))
     if reason == "stop":
         out.emit(ev.ResponseCompletedEvent, response=attrs.evolve(base, status="completed"))
-    elif reason == "length":
+    elif reason in ("length", "tool_limit"):
         out.emit(
             ev.ResponseIncompleteEvent,
             response=attrs.evolve(
                 base,
                 status="incomplete",
-                incomplete_details=m.IncompleteDetails(reason="max_output_tokens"),
+                incomplete_details=m.IncompleteDetails(
+                    reason="max_output_tokens" if reason == "length" else "max_messages"
+                ),
             ),
         )
     elif reason == "error":

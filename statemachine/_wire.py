@@ -70,10 +70,11 @@ _exactly(tuple[()], _empty)
 
 def _unstructure_fn(cls: type) -> Any:
     keep_nulls = cls is m.Response
+    # A field marked `wire_null` is one the API always sends, null or not.
     omit = {
         a.name: override(omit_if_default=True)
         for a in attrs.fields(cls)
-        if a.default is None and not keep_nulls
+        if a.default is None and not keep_nulls and not a.metadata.get("wire_null")
     }
     # cattrs takes per-field overrides as keywords, which its stubs cannot express.
     return make_dict_unstructure_fn(
@@ -117,6 +118,7 @@ for _union, _what in (
     (m.ContentPart, "content part"),
     (m.MessageContent, "message content"),
     (m.WebSearchAction, "web search action"),
+    (m.McpCallError, "MCP call error"),
     (Event, "event"),
 ):
     _tagged_union(_union, _what)

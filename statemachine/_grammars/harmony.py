@@ -12,7 +12,8 @@ header. The phases and what each token does in them:
 A header decides the item (see `_header.py` for the lenient parsing): `to=functions.NAME` on any
 channel (or a bare declared function name) is a function call (bug 52, 53), `to=browser.*` a web
 search call, `to=python` a code interpreter call, any other recipient an MCP call (unless
-`ignore_recipients_without_tools` and the response declares no tools: bug 54); without a
+`ignore_recipients_without_tools` and the response declares no tools: bug 54) or, for a tool
+of an MCP server that requires approval for it (`server_tools`), an approval request; without a
 recipient `analysis` is reasoning, `final` the answer, `commentary` a preamble message (bug 62),
 and an unknown channel a message, so its text is shown rather than lost (bug 45).
 """
@@ -200,7 +201,8 @@ class HarmonyGrammar:
         self, state: ResponseState, header: Header
     ) -> tuple[ItemKind, str | None, str | None, Literal["commentary", "final_answer"] | None]:
         recipient = header.recipient
-        if self.ignore_recipients_without_tools and not state.response.tools:
+        offered = state.response.tools or state.server_tools
+        if self.ignore_recipients_without_tools and not offered:
             recipient = None
         if recipient is not None:
             declared = {tool.name for tool in state.response.tools}
@@ -213,6 +215,9 @@ class HarmonyGrammar:
             if recipient == "python" or recipient.startswith("python."):
                 return "code_interpreter_call", None, None, None
             label, _, name = recipient.partition(".")
+            server = state.server_tools.mcp_server(label)
+            if server is not None and server.needs_approval(name or recipient):
+                return "mcp_approval_request", name or recipient, label, None
             return "mcp_call", name or recipient, label, None
         if header.channel == "analysis":
             return "reasoning", None, None, None

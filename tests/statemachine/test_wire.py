@@ -14,6 +14,7 @@ from hypothesis import strategies as st
 from streamfold.statemachine import (
     EVENT_TYPES,
     FunctionTool,
+    McpListToolsTool,
     OutputItem,
     Response,
     ResponseUsage,
@@ -31,6 +32,16 @@ _unit = st.none() | st.floats(min_value=0, max_value=2)
 st.register_type_strategy(str, _text)
 # JSON has no NaN or infinity, and the API never sends them.
 st.register_type_strategy(float, st.floats(allow_nan=False, allow_infinity=False))
+# An MCP tool's schema is a JSON object; hypothesis would fill `dict[str, object]` with anything.
+st.register_type_strategy(
+    McpListToolsTool,
+    st.builds(
+        McpListToolsTool,
+        name=_text,
+        input_schema=st.just({"type": "object", "properties": {"q": {"type": "string"}}}),
+        annotations=st.none() | st.just({"readOnlyHint": True}),
+    ),
+)
 st.register_type_strategy(
     Response,
     st.builds(
