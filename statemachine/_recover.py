@@ -25,9 +25,10 @@ import attrs
 from . import _events as ev
 from . import _model as m
 from ._errors import ReducerUsageError
-from ._items import OpenItem, Out, close_item, emit_opened
+from ._items import OpenItem, Out, close_item, emit_opened, end_call, settle
 from ._kinds import KINDS, kind_of_item
 from ._snapshot import TEXT_DELTAS, snapshot
+from ._text import rope_text
 from ._vocab import Vocabulary
 
 __all__ = ["close_interrupted"]
@@ -55,21 +56,30 @@ def _open_item(item: m.OutputItem, output_index: int, text: str) -> OpenItem:
         container_id=getattr(item, "container_id", None),
         phase=getattr(item, "phase", None),
         text=(None, text) if text else None,
+        approval_request_id=getattr(item, "approval_request_id", None),
     )
 
 
-# Progress events that only a successful close sends: seeing one means the cut fell inside a
-# close with `complete=True`, which is then finished the same way.
-_SUCCESS_EVENTS = tuple(e for row in KINDS.values() for e in (*row.running, *row.completed))
+# A `completed` progress event means the cut fell inside a successful close, which is then
+# finished the same way. A `running` one without it (`searching`, `interpreting`) means a
+# server-side call was pending (its tool running) when the stream was cut: it ends as the
+# reducer ends a pending call at `finish`, `incomplete`.
+_COMPLETED = tuple(e for row in KINDS.values() for e in row.completed)
+_RUNNING = tuple(e for row in KINDS.values() for e in row.running)
 
 
 def _owed(item: OpenItem, sent: list[ev.Event]) -> list[ev.Event]:
     """The events of `item` after its `added` that the reducer would still send, given the
     non-delta ones the prefix already holds (`sent`, in order)."""
-    complete = any(isinstance(e, _SUCCESS_EVENTS) for e in sent)
     scratch = Out(0)
     emit_opened(scratch, item)
-    close_item(scratch, item, _NO_VOCABULARY, complete=complete)
+    if any(isinstance(e, _COMPLETED) for e in sent):
+        close_item(scratch, item, _NO_VOCABULARY, complete=True)
+    elif any(isinstance(e, _RUNNING) for e in sent):
+        pending = end_call(scratch, item, _NO_VOCABULARY)
+        settle(scratch, pending, rope_text(pending.text), "incomplete")
+    else:
+        close_item(scratch, item, _NO_VOCABULARY, complete=False)
     expected = scratch.events
     if [type(e) for e in sent] != [type(e) for e in expected[: len(sent)]]:
         raise ReducerUsageError(

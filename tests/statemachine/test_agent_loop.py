@@ -22,6 +22,7 @@ from streamfold.statemachine import (
     ResponseState,
     ServerTools,
     approved_call,
+    close_interrupted,
     finish,
     list_tools,
     next_generation,
@@ -81,6 +82,7 @@ class Run:
 SEARCH = '<|channel|>analysis to=browser.search code<|message|>{"query": "paris weather"}<|call|>'
 MCP = '<|channel|>commentary to=deepwiki.ask <|constrain|>json<|message|>{"q": "what?"}<|call|>'
 PYTHON = "<|channel|>analysis to=python code<|message|>print(6 * 7)<|call|>"
+SEARCHED = {"type": "search", "query": "paris weather"}
 ANSWER = "<|channel|>final<|message|>It is sunny.<|return|>"
 
 
@@ -379,3 +381,46 @@ def test_the_checker_accepts_every_stream_here() -> None:
     wire = run.wire()
     del wire[3]
     assert check(wire)
+
+
+def _agent_run() -> Run:
+    run = Run()
+    run.take(list_tools(run.state, "deepwiki", tools=(WEATHER,)))
+    run.generate(SEARCH)
+    call = pending_call(run.state)
+    assert call is not None
+    run.take(tool_result(run.state, call.item_id, "Sunny"))
+    run.state = next_generation(run.state, input_tokens=4)
+    run.generate(PYTHON)
+    call = pending_call(run.state)
+    assert call is not None
+    run.take(tool_result(run.state, call.item_id, "42"))
+    run.state = next_generation(run.state, input_tokens=4)
+    run.generate(ANSWER)
+    run.take(finish(run.state, "stop"))
+    return run
+
+
+def test_close_interrupted_ends_an_agent_run_cut_at_any_event() -> None:
+    events = _agent_run().events
+    for cut in range(1, len(events) - 1):
+        prefix = events[:cut]
+        closed = [*prefix, *close_interrupted(prefix, "server lost")]
+        assert_conformant(closed)
+        assert snapshot(closed) == closed[-1].response  # type: ignore[union-attr]
+
+
+def test_close_interrupted_while_a_tool_runs_ends_its_call_incomplete() -> None:
+    # Cut while the search ran: `searching` was sent, `completed` never. The call did not
+    # complete, so it must not be closed as if it had (the reducer's finish does the same).
+    run = Run()
+    run.generate(SEARCH)
+    assert run.events[-1].type == "response.web_search_call.searching"
+    tail = close_interrupted(run.events, "server lost")
+    assert [e.type for e in tail] == ["response.output_item.done", "response.failed"]
+    assert to_wire(tail[0])["item"]["status"] == "incomplete"
+    by_finish = finish(run.state, "error", "server lost")[1]
+    # The same close, except the query: no event carries a search's arguments before its
+    # done item, so a log cannot bring them back (see _recover's docstring).
+    assert [e.type for e in tail] == [e.type for e in by_finish]
+    assert to_wire(by_finish[0])["item"] == {**to_wire(tail[0])["item"], "action": SEARCHED}
