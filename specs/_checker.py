@@ -5,8 +5,9 @@ streamfold event is first turned into its wire form), so it can judge any server
 including a malformed one. For each event it checks, in this order: that it is an event at all
 (R1) with the fields its type needs (R2); its `sequence_number` (R3); where it sits in the
 response's lifecycle (R4-R8, R23); and, for item events, the item bookkeeping in `_items`
-(R9-R21). The terminal event is then compared with everything that came before it (R20-R22).
-At the end it reports a stream that never terminated (R6).
+(R9-R21), and for hosted tool calls their progress stages in `_tools` (R27, R28). The terminal
+event is then compared with everything that came before it (R20-R22). At the end it reports
+a stream that never terminated (R6).
 
 A field that broke R2 is treated as absent by the later rules, so one malformed field yields
 one report, not one per rule that reads it. The checker never raises on its input: whatever
@@ -26,6 +27,7 @@ from typing import Any
 
 from . import _wire as w
 from ._items import Items
+from ._tools import ToolProgress
 from ._violation import Violation
 
 __all__ = ["check"]
@@ -65,6 +67,7 @@ class _Checker:
         self._where: tuple[int, int | None, str | None] = (0, None, None)
         self._count = 0
         self._items = Items(self._report)
+        self._tools = ToolProgress(self._report)
         self._seq_off: list[tuple[int, int | None, str | None, Any]] = []
         self._phase = 0  # 0: expect response.created, 1: expect response.in_progress, 2: open
         self._response_id: str | None = None
@@ -192,15 +195,27 @@ class _Checker:
             items.added(position, ev, bad)
         elif etype == "response.output_item.done":
             items.done(position, ev, bad)
+            it = self._item_at(ev, bad)
+            if it is not None and it.done_at == position and it.done_item is not None:
+                self._tools.done(it.index, it.done_item)
         elif etype in w.PART_EVENTS:
             items.part_event(position, ev, bad, etype)
         elif etype in w.DELTAS or etype in w.DONES:
             items.text_event(position, ev, bad, etype)
+            it = self._item_at(ev, bad)
+            if it is not None and it.done_at is None:
+                self._tools.text(it.index, it.type, etype)
         elif etype in w.PROGRESS:
-            items.target(ev, bad, etype, frozenset({w.PROGRESS[etype]}))
+            it = items.target(ev, bad, etype, frozenset({w.PROGRESS[etype]}))
+            if it is not None:
+                self._tools.stage(it.index, w.PROGRESS[etype], etype)
         elif etype.startswith("response.shell_call_command."):
             items.target(ev, bad, etype, frozenset({"shell_call"}))
         # audio events belong to no item; nothing more to check
+
+    def _item_at(self, ev: Mapping[str, Any], bad: set[str]) -> Any:
+        index = None if "output_index" in bad else w.get_index(ev, "output_index")
+        return None if index is None else self._items.by_index.get(index)
 
     # -- lifecycle --------------------------------------------------------------------------
 

@@ -36,6 +36,8 @@ RULES: dict[str, str] = {
     "R22": "the terminal response's output equals the done items, in order",
     "R23": "an error event carries a message",
     "R26": "an item is added unfinished and done finished",
+    "R27": "a tool item's progress events come in order, once each, after its text",
+    "R28": "a tool item's last progress event agrees with its done item",
     "R24": "an SSE message's `event:` name equals its data's `type`",
     "R25": "an SSE stream carries JSON events only (no `[DONE]` sentinel)",
 }

@@ -128,6 +128,8 @@ ITEM_FIELDS: dict[str, dict[str, str]] = {
     "code_interpreter_call": {"id": STR, "container_id": STR, "status": STR},
     "web_search_call": {"id": STR, "status": STR, "action": OBJ},
     "mcp_call": {"id": STR, "name": STR, "arguments": STR, "server_label": STR},
+    "mcp_list_tools": {"id": STR, "server_label": STR, "tools": LIST},
+    "mcp_approval_request": {"id": STR, "name": STR, "arguments": STR, "server_label": STR},
     "custom_tool_call": {"call_id": STR, "name": STR, "input": STR},
 }
 

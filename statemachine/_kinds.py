@@ -175,13 +175,16 @@ def _mcp_call(
 
 
 def _mcp_list_tools(
-    item: OpenItem, _: str, __: ItemStatus, ___: Any, outcome: Outcome | None
+    item: OpenItem, _: str, status: ItemStatus, __: Any, outcome: Outcome | None
 ) -> m.OutputItem:
+    error = None if outcome is None else outcome.listing_error
+    if error is None and status in ("incomplete", "failed"):
+        error = "the tool listing did not finish"  # cut off: `failed` went out, so say why
     return m.McpListTools(
         id=item.item_id,
         server_label=item.server_label or "",
         tools=() if outcome is None else outcome.tools,
-        error=None if outcome is None else outcome.listing_error,
+        error=error,
     )
 
 
