@@ -20,7 +20,7 @@ from typing import Any
 
 from . import _wire as w
 
-__all__: list[str] = []
+__all__ = ["ToolProgress"]
 
 Report = Callable[[str, str], None]
 

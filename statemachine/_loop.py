@@ -34,9 +34,9 @@ import attrs
 from . import _events as ev
 from . import _model as m
 from ._errors import ReducerUsageError
+from ._grammar import ResponseState, replace_state, settle_call
 from ._items import Out, append_text, end_call, open_item, settle
 from ._kinds import ItemStatus, Outcome
-from ._grammar import ResponseState, replace_state, settle_call
 from ._reducer import closed_error
 from ._text import rope_text
 

@@ -18,7 +18,7 @@ from . import _model as m
 from ._errors import ReducerUsageError
 from ._kinds import KINDS, kind_of_item
 
-__all__ = ["TEXT_DELTAS", "snapshot"]
+__all__ = ["TEXT_DELTAS", "TextDelta", "snapshot"]
 
 _LIFECYCLE = (
     ev.ResponseCreatedEvent,
