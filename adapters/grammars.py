@@ -6,12 +6,14 @@ from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
-from streamfold.engines import Trace, TraceFormatError
+from streamfold.engines import TokenChunk, Trace, TraceFormatError, server_tools_from_header
 from streamfold.engines.replay import CUT_OFF
 from streamfold.statemachine import (
     Event,
     HarmonyGrammar,
     Response,
+    ServerTools,
+    apply_loop_step,
     finish,
     start,
     step,
@@ -61,15 +63,27 @@ def response_for(header: Mapping[str, Any]) -> Response:
     )
 
 
+def _server_tools(header: Mapping[str, Any]) -> ServerTools:
+    try:
+        return server_tools_from_header(header)
+    except ValueError as exc:
+        raise TraceFormatError(f"trace header: {exc}") from exc
+
+
 def iter_replay(trace: Trace, base_dir: Path | None = None) -> Iterator[Event]:
     """The events of a trace, token by token; a cut-off trace ends in `response.failed`."""
     state, events = start(
         grammar_for(trace.header, base_dir),
         response_for(trace.header),
         input_tokens=len(trace.header.get("prompt_token_ids", ())),
+        server_tools=_server_tools(trace.header),
     )
     yield from events
-    for chunk in trace.chunks:
+    for chunk in trace.entries:
+        if not isinstance(chunk, TokenChunk):  # an agent run's loop step: the same call again
+            state, events = apply_loop_step(state, chunk)
+            yield from events
+            continue
         logprobs = chunk.logprobs or (None,) * len(chunk.token_ids)
         for token, logprob in zip(chunk.token_ids, logprobs, strict=True):
             state, events = step(state, token, logprob)

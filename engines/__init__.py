@@ -19,6 +19,7 @@ from ._trace import (
     record_trace,
     write_trace,
 )
+from ._trace_loop import server_tools_from_header, server_tools_line
 from .native import build_native_engine
 from .native.gptoss.config import GptOssConfig, RopeConfig, load_config
 from .native.gptoss.errors import (
@@ -78,6 +79,8 @@ __all__ = [
     "quantize_mxfp4",
     "read_trace",
     "record_trace",
+    "server_tools_from_header",
+    "server_tools_line",
     "write_trace",
 ]
 

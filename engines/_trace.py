@@ -7,9 +7,14 @@ A trace is a JSON-lines file:
    e.g. `prompt_token_ids` and the `request`);
 2. one line per engine output chunk: `{"token_ids": [..]}`, optionally with `"logprobs": [..]`
    (one float per token);
-3. last, `{"finish_reason": "stop" | "length" | "abort" | "error"}` (and optionally `"error"`).
+3. last, `{"finish_reason": "stop" | "length" | "abort" | "error" | "tool_limit"}` (and
+   optionally `"error"`).
 
 A trace that ends without its finish line was cut off; replay treats that as an error.
+
+An agent run (a response whose server ran tools between generations) also records the loop: a
+`"server_tools"` header field, and among the chunk lines, in the order they happened, one line
+per `list_tools`, `tool_result`, `next_generation` and `approved_call` (`_trace_loop.py`).
 """
 
 from __future__ import annotations
@@ -23,9 +28,10 @@ from typing import Any
 
 import attrs
 
-from streamfold.statemachine import StreamfoldError
+from streamfold.statemachine import LoopStep, StreamfoldError
 
 from ._source import FINISH_REASONS, FinishReason, GenerationRequest, TokenChunk, TokenSource
+from ._trace_loop import LOOP_KEYS, loop_line, loop_step, server_tools_from_header
 
 __all__ = [
     "Trace",
@@ -50,10 +56,26 @@ class Trace:
     chunks: tuple[TokenChunk, ...]
     finish_reason: FinishReason | None = None
     error: str | None = None
+    #: An agent run's loop steps, each with the number of chunks that came before it.
+    loop: tuple[tuple[int, LoopStep], ...] = ()
 
     @property
     def token_ids(self) -> list[int]:
         return [t for chunk in self.chunks for t in chunk.token_ids]
+
+    @property
+    def entries(self) -> list[TokenChunk | LoopStep]:
+        """The chunks and loop steps in the order they happened."""
+        entries: list[TokenChunk | LoopStep] = []
+        steps = iter(self.loop)
+        pending = next(steps, None)
+        for i, chunk in enumerate((*self.chunks, None)):
+            while pending is not None and pending[0] == i:
+                entries.append(pending[1])
+                pending = next(steps, None)
+            if chunk is not None:
+                entries.append(chunk)
+        return entries
 
 
 # A chunk line exactly as `dump_trace` (and any compact JSON writer) writes it, with nothing a
@@ -74,6 +96,10 @@ def _check_header(header: Any, where: str) -> Mapping[str, Any]:
     for key, kind in _REQUIRED.items():
         if not isinstance(header.get(key), kind) or isinstance(header.get(key), bool):
             raise _fail(where, f"header field {key!r} must be a {kind.__name__}")
+    try:
+        server_tools_from_header(header)
+    except ValueError as exc:
+        raise _fail(where, str(exc)) from exc
     return header
 
 
@@ -101,6 +127,7 @@ def parse_trace(lines: Iterable[str], name: str = "<trace>") -> Trace:
     """Read a trace from its lines; raises `TraceFormatError` naming the line at fault."""
     header: Mapping[str, Any] | None = None
     chunks: list[TokenChunk] = []
+    loop: list[tuple[int, LoopStep]] = []
     finish: FinishReason | None = None
     error: str | None = None
     plain, seen = _PLAIN_CHUNK.fullmatch, dict[str, TokenChunk]()
@@ -135,10 +162,18 @@ def parse_trace(lines: Iterable[str], name: str = "<trace>") -> Trace:
             if "token_ids" in line:
                 chunks.append(_chunk(line, where))
             continue
+        if LOOP_KEYS.intersection(line):
+            try:
+                loop.append((len(chunks), loop_step(line)))
+            except ValueError as exc:
+                raise _fail(where, str(exc)) from exc
+            continue
         chunks.append(_chunk(line, where))
     if header is None:
         raise _fail(name, "empty trace: the first line must be the header")
-    return Trace(header=header, chunks=tuple(chunks), finish_reason=finish, error=error)
+    return Trace(
+        header=header, chunks=tuple(chunks), finish_reason=finish, error=error, loop=tuple(loop)
+    )
 
 
 def read_trace(path: str | os.PathLike[str]) -> Trace:
@@ -152,13 +187,19 @@ def read_trace(path: str | os.PathLike[str]) -> Trace:
 
 def dump_trace(
     header: Mapping[str, Any],
-    chunks: Iterable[TokenChunk],
+    chunks: Iterable[TokenChunk | LoopStep],
     finish_reason: FinishReason | None,
     error: str | None = None,
 ) -> str:
-    """The trace as JSON-lines text (`finish_reason=None` writes a cut-off trace)."""
+    """The trace as JSON-lines text (`finish_reason=None` writes a cut-off trace).
+
+    `chunks` may hold an agent run's loop steps among the chunks, in the order they happened.
+    """
     lines = [json.dumps({"trace": 1, **header}, separators=(",", ":"))]
     for chunk in chunks:
+        if not isinstance(chunk, TokenChunk):
+            lines.append(json.dumps(loop_line(chunk), separators=(",", ":"), ensure_ascii=False))
+            continue
         line: dict[str, Any] = {"token_ids": list(chunk.token_ids)}
         if chunk.logprobs is not None:
             line["logprobs"] = list(chunk.logprobs)
@@ -173,7 +214,7 @@ def dump_trace(
 
 def write_trace(path: str | os.PathLike[str], trace: Trace) -> None:
     Path(path).write_text(
-        dump_trace(trace.header, trace.chunks, trace.finish_reason, trace.error), encoding="utf-8"
+        dump_trace(trace.header, trace.entries, trace.finish_reason, trace.error), encoding="utf-8"
     )
 
 

@@ -14,8 +14,17 @@ import subprocess
 import sys
 from pathlib import Path
 
-from streamfold.engines import TokenChunk, dump_trace
+from streamfold.engines import TokenChunk, dump_trace, server_tools_line
 from streamfold.engines.vocab import harmony_encoding
+from streamfold.statemachine import (
+    ListToolsStep,
+    LoopStep,
+    McpServer,
+    McpToolInfo,
+    NextGenerationStep,
+    ServerTools,
+    ToolResultStep,
+)
 
 TRACES = Path(__file__).resolve().parent.parent / "specs" / "traces"
 CREATED_AT = 1763800000
@@ -224,6 +233,64 @@ def with_logprobs(tokens: list[int]) -> list[TokenChunk]:
     ]
 
 
+AGENT = "agent_loop_list_tools_two_calls_answer"
+AGENT_GENERATIONS = (
+    "<|channel|>analysis<|message|>I should search for the current weather first.<|end|>"
+    "<|start|>assistant<|channel|>analysis to=browser.search code<|message|>"
+    '{"query": "weather in Paris today"}<|call|>',
+    "<|channel|>commentary to=deepwiki.ask_question <|constrain|>json<|message|>"
+    '{"repoName": "openai/gpt-oss", "question": "Which tools does gpt-oss know?"}<|call|>',
+    "<|channel|>final<|message|>It is 21°C and sunny in Paris. gpt-oss knows the browser "
+    "and python tools.<|return|>",
+)
+
+
+def agent_trace(enc: object) -> str:
+    """An agent run (issue 12): the server lists an MCP server's tools, the model searches the
+    web, then asks the MCP server, then answers; three generations, one response."""
+    tools = ServerTools(browser=True, mcp=(McpServer(server_label="deepwiki"),))
+    base = AGENT
+    entries: list[TokenChunk | LoopStep] = [
+        ListToolsStep(
+            server_label="deepwiki",
+            tools=(
+                McpToolInfo(
+                    name="ask_question",
+                    description="Ask a question about a GitHub repository",
+                    input_schema={
+                        "type": "object",
+                        "properties": {
+                            "repoName": {"type": "string"},
+                            "question": {"type": "string"},
+                        },
+                        "required": ["repoName", "question"],
+                    },
+                ),
+            ),
+        )
+    ]
+    results = (
+        ToolResultStep(item_id=f"ws_{base}_2", output="Paris: 21°C, sunny, light wind."),
+        ToolResultStep(item_id=f"mcp_{base}_3", output="gpt-oss knows browser and python."),
+    )
+    for i, text in enumerate(AGENT_GENERATIONS):
+        if i:
+            entries.append(NextGenerationStep(input_tokens=120 + 40 * i))
+        entries += chunked(enc.encode(text, allowed_special="all"), (3, 1, 5))  # type: ignore[attr-defined]
+        if i < len(results):
+            entries.append(results[i])
+    header = {
+        "grammar": "harmony",
+        "encoding": "o200k_harmony",
+        "response_id": f"resp_{base}",
+        "model": "gpt-oss-20b",
+        "created_at": CREATED_AT,
+        "prompt_token_ids": list(range(100, 200)),
+        "server_tools": server_tools_line(tools),
+    }
+    return dump_trace(header, entries, "stop")
+
+
 def main() -> int:
     enc = harmony_encoding()
     TRACES.mkdir(parents=True, exist_ok=True)
@@ -253,6 +320,7 @@ def main() -> int:
     (TRACES / "logprobs_on_deltas_sglang_pr9368.jsonl").write_text(
         dump_trace(header, with_logprobs(tokens), "stop")
     )
+    (TRACES / f"{AGENT}.jsonl").write_text(agent_trace(enc))
     for trace in sorted(TRACES.glob("*.jsonl")):
         if trace.name.endswith(".golden.jsonl"):
             continue

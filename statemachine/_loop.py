@@ -41,8 +41,14 @@ from ._reducer import closed_error
 from ._text import rope_text
 
 __all__ = [
+    "ApprovedCallStep",
+    "ListToolsStep",
+    "LoopStep",
     "McpToolInfo",
+    "NextGenerationStep",
     "PendingCall",
+    "ToolResultStep",
+    "apply_loop_step",
     "approved_call",
     "list_tools",
     "next_generation",
@@ -235,3 +241,65 @@ def approved_call(
     )
     item = end_call(out, append_text(out, item, arguments), state.grammar.vocabulary)
     return replace_state(state, seq=out.seq, call=item), out.events
+
+
+# -- the loop's calls as values: what a trace records, and replays ------------------------
+
+
+@attrs.frozen(kw_only=True)
+class ListToolsStep:
+    """`list_tools(state, server_label, tools, error)` as a value."""
+
+    server_label: str
+    tools: tuple[m.McpListToolsTool, ...] = ()
+    error: str | None = None
+
+
+@attrs.frozen(kw_only=True)
+class ToolResultStep:
+    """`tool_result(state, item_id, output, error=..., outputs=...)` as a value."""
+
+    item_id: str
+    output: str | None = None
+    error: str | m.McpCallError | None = None
+    outputs: tuple[m.CodeInterpreterOutputLogs, ...] | None = None
+
+
+@attrs.frozen(kw_only=True)
+class NextGenerationStep:
+    """`next_generation(state, input_tokens=...)` as a value."""
+
+    input_tokens: int = 0
+
+
+@attrs.frozen(kw_only=True)
+class ApprovedCallStep:
+    """`approved_call(state, approval_request_id, server_label, name, arguments)` as a value."""
+
+    approval_request_id: str
+    server_label: str
+    name: str
+    arguments: str
+
+
+LoopStep = ListToolsStep | ToolResultStep | NextGenerationStep | ApprovedCallStep
+
+
+def apply_loop_step(state: ResponseState, action: LoopStep) -> tuple[ResponseState, list[ev.Event]]:
+    """Make the call `action` stands for; a recorded agent run replays through this."""
+    if isinstance(action, ListToolsStep):
+        return list_tools(state, action.server_label, action.tools, action.error)
+    if isinstance(action, ToolResultStep):
+        return tool_result(
+            state, action.item_id, action.output, error=action.error, outputs=action.outputs
+        )
+    if isinstance(action, NextGenerationStep):
+        return next_generation(state, input_tokens=action.input_tokens), []
+    if isinstance(action, ApprovedCallStep):
+        return approved_call(
+            state, action.approval_request_id, action.server_label, action.name, action.arguments
+        )
+    raise ReducerUsageError(
+        f"apply_loop_step() takes a ListToolsStep, ToolResultStep, NextGenerationStep or "
+        f"ApprovedCallStep, got {type(action).__name__}"
+    )

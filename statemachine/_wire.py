@@ -123,6 +123,16 @@ for _union, _what in (
 ):
     _tagged_union(_union, _what)
 _exactly(Literal["auto", "none", "required"] | m.ToolChoiceFunction, _tool_choice)
+
+
+def _tool_error(value: Any, _: Any) -> Any:
+    # A tool's error (the agent loop's `ToolResultStep`): its text, or an MCP error object.
+    if value is None or isinstance(value, str):
+        return value
+    return _converter.structure(value, m.McpCallError)
+
+
+_exactly(str | m.McpCallError | None, _tool_error)
 # Factories, not eager registration: a class's function is generated on first use, after
 # every hook it depends on exists, whatever order the classes are declared in.
 _converter.register_unstructure_hook_factory(attrs.has, _unstructure_fn)

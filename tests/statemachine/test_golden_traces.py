@@ -221,3 +221,28 @@ def test_logprobs_ride_on_deltas_and_parts_sglang_pr9368() -> None:
 def test_think_boundary_in_one_chunk_keeps_every_part_vllm_pr42691() -> None:
     kinds = [i["type"] for i in items_of("thinktags_boundary_in_one_chunk_vllm_pr42691")]
     assert kinds == ["reasoning", "message", "function_call"]
+
+
+def test_agent_run_is_one_response_over_three_generations_issue12() -> None:
+    # The loop's bug classes (peers): ids and output indices restarting per iteration, usage
+    # counting one generation, a tool's output never streamed. One response, one id sequence.
+    events = events_of("agent_loop_list_tools_two_calls_answer")
+    assert [e["sequence_number"] for e in events] == list(range(len(events)))
+    assert sum(e["type"] == "response.created" for e in events) == 1
+    added = [e for e in events if e["type"] == "response.output_item.added"]
+    assert [e["output_index"] for e in added] == [0, 1, 2, 3, 4]
+    assert [e["item"]["type"] for e in added] == [
+        "mcp_list_tools",
+        "reasoning",
+        "web_search_call",
+        "mcp_call",
+        "message",
+    ]
+    final = events[-1]["response"]
+    assert final["output"][3]["output"] == "gpt-oss knows browser and python."
+    assert final["usage"]["input_tokens"] == 100 + 160 + 200  # the prompt of each generation
+    types = [e["type"] for e in events]
+    # the search ran between the generations: completed after searching, before the MCP call
+    assert types.index("response.web_search_call.searching") < types.index(
+        "response.web_search_call.completed"
+    ) < types.index("response.mcp_call.in_progress")
