@@ -88,11 +88,9 @@ def _server_call(draw: st.DrawFn, tools: ServerTools) -> str:
 @st.composite
 def _plain(draw: st.DrawFn, max_size: int) -> list[str]:
     """Messages that end no generation: reasoning and preambles."""
-    kinds = draw(st.lists(st.sampled_from(["reasoning", "preamble"]), max_size=max_size))
-    return [
-        f"{HarmonyMessage(kind=k, text='').header()}<|message|>{draw(message_text())}<|end|>"
-        for k in kinds
-    ]
+    headers = {k: HarmonyMessage(kind=k, text="").header() for k in ("reasoning", "preamble")}
+    kinds = draw(st.lists(st.sampled_from(sorted(headers)), max_size=max_size))
+    return [f"{headers[k]}<|message|>{draw(message_text())}<|end|>" for k in kinds]
 
 
 @st.composite
@@ -210,7 +208,10 @@ def play_agent_run(
         if call is None or generation.outcome is None:
             break
         kind, text = generation.outcome
-        apply(ToolResultStep(item_id=call.item_id, **{kind: text}))
+        if kind == "output":
+            apply(ToolResultStep(item_id=call.item_id, output=text))
+        else:
+            apply(ToolResultStep(item_id=call.item_id, error=text))
     state, new = finish(state, "stop" if stop_after is None else reason)  # type: ignore[arg-type]
     events.extend(new)
     return events, entries

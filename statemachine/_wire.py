@@ -129,7 +129,7 @@ def _tool_error(value: Any, _: Any) -> Any:
     # A tool's error (the agent loop's `ToolResultStep`): its text, or an MCP error object.
     if value is None or isinstance(value, str):
         return value
-    return _converter.structure(value, m.McpCallError)
+    return _converter.structure(value, m.McpCallError)  # type: ignore[arg-type]  # a union
 
 
 _exactly(str | m.McpCallError | None, _tool_error)

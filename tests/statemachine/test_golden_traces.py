@@ -243,6 +243,8 @@ def test_agent_run_is_one_response_over_three_generations_issue12() -> None:
     assert final["usage"]["input_tokens"] == 100 + 160 + 200  # the prompt of each generation
     types = [e["type"] for e in events]
     # the search ran between the generations: completed after searching, before the MCP call
-    assert types.index("response.web_search_call.searching") < types.index(
-        "response.web_search_call.completed"
-    ) < types.index("response.mcp_call.in_progress")
+    assert (
+        types.index("response.web_search_call.searching")
+        < types.index("response.web_search_call.completed")
+        < types.index("response.mcp_call.in_progress")
+    )
