@@ -243,7 +243,7 @@ class ResponseService:
             status="in_progress",
             parallel_tool_calls=request.parallel_tool_calls,
             tool_choice=request.tool_choice,
-            tools=request.tools,
+            tools=request.function_tools,
             instructions=request.instructions,
             metadata=request.metadata,
             temperature=sampling.temperature,

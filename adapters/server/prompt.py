@@ -6,18 +6,21 @@ message carrying `instructions` and the function tools (the `functions` namespac
 conversation. Earlier assistant turns go on the `final` channel, earlier function calls on
 `commentary` addressed `to=functions.NAME`, and tool results come from `functions.NAME`.
 `system`/`developer` messages of `input` are folded into the developer instructions, since
-harmony has one system and one developer message per conversation.
+harmony has one system and one developer message per conversation. Server-side tools and the
+tool items of earlier responses are rendered by `agent/_render.py`.
 """
 
 from __future__ import annotations
 
 import functools
+from collections.abc import Sequence
 from typing import Any
 
 import openai_harmony as h
 
 from streamfold.engines.vocab import harmony_encoding
 
+from .agent._render import history_messages, with_server_tools
 from .requests import (
     CreateRequest,
     FunctionCallInput,
@@ -32,9 +35,12 @@ __all__ = ["render_prompt", "stop_token_ids"]
 _EFFORT = {"minimal": "LOW", "low": "LOW", "medium": "MEDIUM", "high": "HIGH"}
 
 
-def _system(request: CreateRequest) -> Any:
+def _system(request: CreateRequest, namespaces: Sequence[Any] = ()) -> Any:
     effort = (request.reasoning and request.reasoning.effort) or "medium"
     content = h.SystemContent.new().with_reasoning_effort(h.ReasoningEffort[_EFFORT[effort]])
+    # tool_choice "none": no tool is shown, server-side ones included.
+    if request.tool_choice != "none":
+        content = with_server_tools(content, namespaces)
     return h.Message.from_role_and_content(h.Role.SYSTEM, content)
 
 
@@ -47,7 +53,7 @@ def _developer(request: CreateRequest) -> Any | None:
             if isinstance(item, MessageInput) and item.role in ("system", "developer")
         ]
     # tool_choice "none": the model must not call tools, so it is not shown any.
-    tools = [] if request.tool_choice == "none" else list(request.tools)
+    tools = [] if request.tool_choice == "none" else list(request.function_tools)
     if not parts and not tools:
         return None
     content = h.DeveloperContent.new()
@@ -99,16 +105,25 @@ def _turns(request: CreateRequest) -> list[Any]:
                 .with_channel("commentary")
                 .with_recipient("assistant")
             )
+        else:  # the agent loop's items (MCP and code interpreter calls, approvals, ...)
+            messages += history_messages(item)
     return messages
 
 
-def render_prompt(request: CreateRequest) -> tuple[int, ...]:
-    """The prompt token ids for the assistant's next turn (ends with `<|start|>assistant`)."""
-    messages = [_system(request)]
+def render_prompt(
+    request: CreateRequest, namespaces: Sequence[Any] = (), after: Sequence[Any] = ()
+) -> tuple[int, ...]:
+    """The prompt token ids for the assistant's next turn (ends with `<|start|>assistant`).
+
+    `namespaces`: the server-side tools, as openai-harmony `ToolNamespaceConfig`s, for the system
+    message. `after`: harmony messages that follow the input (an approved call and its result).
+    """
+    messages = [_system(request, namespaces)]
     developer = _developer(request)
     if developer is not None:
         messages.append(developer)
     messages += _turns(request)
+    messages += after
     conversation = h.Conversation.from_messages(messages)
     ids = harmony_encoding().render_conversation_for_completion(conversation, h.Role.ASSISTANT)
     return tuple(ids)

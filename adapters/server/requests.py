@@ -8,7 +8,9 @@ a string or a list of items (messages with string or `input_text`/`output_text` 
 top-level fields are ignored, as clients send options this server does not act on (`include`,
 `user`, `text`, ...); a value of the wrong type is refused with the OpenAI error JSON naming the
 field in `param`. `previous_response_id` is read here and resolved by the server against its
-store (`server/_conversation.py`).
+store (`server/_conversation.py`). Server-side tools (`mcp`, `web_search_preview`,
+`code_interpreter`) and the agent loop's input items are typed in `agent/_params.py` and
+`agent/_input.py`; they are read by the same converter, so their errors name the field too.
 """
 
 from __future__ import annotations
@@ -28,6 +30,18 @@ from streamfold.statemachine import (
     ToolChoiceFunction,
 )
 
+from .agent._input import AGENT_INPUT_TYPES, AgentInputItem
+from .agent._params import (
+    SERVER_TOOL_TYPES,
+    AllowedTools,
+    AllowedToolsFilter,
+    ApprovalFilterParam,
+    Container,
+    RequireApproval,
+    ServerToolParam,
+    check_server_tools,
+)
+
 __all__ = [
     "CreateRequest",
     "FunctionCallInput",
@@ -36,6 +50,7 @@ __all__ = [
     "MessageInput",
     "ReasoningInput",
     "RequestError",
+    "RequestTool",
     "TextPart",
     "parse_create_request",
     "parse_input_items",
@@ -137,7 +152,10 @@ class ReasoningInput:
         return "".join(part.text for part in (self.content or self.summary))
 
 
-InputItem: TypeAlias = MessageInput | FunctionCallInput | FunctionCallOutputInput | ReasoningInput
+InputItem: TypeAlias = (
+    MessageInput | FunctionCallInput | FunctionCallOutputInput | ReasoningInput | AgentInputItem
+)
+RequestTool: TypeAlias = FunctionTool | ServerToolParam
 ToolChoice: TypeAlias = Literal["auto", "none", "required"] | ToolChoiceFunction
 
 
@@ -148,7 +166,7 @@ class CreateRequest:
     model: str
     input: str | tuple[InputItem, ...]
     instructions: str | None = None
-    tools: tuple[FunctionTool, ...] = ()
+    tools: tuple[RequestTool, ...] = ()
     tool_choice: ToolChoice = "auto"
     parallel_tool_calls: bool = True
     max_output_tokens: int | None = None
@@ -160,6 +178,17 @@ class CreateRequest:
     background: bool | None = None
     store: bool | None = None
     previous_response_id: str | None = None
+    max_tool_calls: int | None = None
+
+    @property
+    def function_tools(self) -> tuple[FunctionTool, ...]:
+        """The client-side tools (the model's calls to them end the response)."""
+        return tuple(tool for tool in self.tools if isinstance(tool, FunctionTool))
+
+    @property
+    def server_tools(self) -> tuple[ServerToolParam, ...]:
+        """The tools the server runs for the model (the agent loop's)."""
+        return tuple(tool for tool in self.tools if not isinstance(tool, FunctionTool))
 
 
 # --- the converter -------------------------------------------------------------------------
@@ -232,6 +261,7 @@ _ITEM_TYPES: dict[str, type] = {
     "function_call": FunctionCallInput,
     "function_call_output": FunctionCallOutputInput,
     "reasoning": ReasoningInput,
+    **AGENT_INPUT_TYPES,
 }
 
 
@@ -256,14 +286,41 @@ def _input(value: Any, _: Any) -> Any:
     return _converter.structure(value, tuple[InputItem, ...])
 
 
-def _tool(value: Any, _: Any) -> FunctionTool:
+def _tool(value: Any, _: Any) -> RequestTool:
     if not isinstance(value, Mapping):
         raise TypeError(f"expected an object, got {_json_type(value)}")
-    if value.get("type") != "function":
-        raise ValueError(
-            f"unsupported tool type {value.get('type')!r}; this server runs function tools only"
-        )
-    return _function_tool(value, FunctionTool)
+    tag = value.get("type")
+    if tag == "function":
+        return _function_tool(value, FunctionTool)
+    if isinstance(tag, str) and tag in SERVER_TOOL_TYPES:
+        structured: RequestTool = _converter.structure(value, SERVER_TOOL_TYPES[tag])
+        return structured
+    supported = ", ".join(sorted(("function", *SERVER_TOOL_TYPES)))
+    raise ValueError(f"unsupported tool type {tag!r}; supported: {supported}")
+
+
+def _names_or(kind: type) -> Any:
+    # `allowed_tools` and `require_approval` take a list/string or an object.
+    def hook(value: Any, _: Any) -> Any:
+        if value is None:
+            return None
+        if isinstance(value, Mapping):
+            return _converter.structure(value, kind)
+        if kind is AllowedToolsFilter:
+            if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+                raise TypeError("expected an array of tool names or an object")
+            return tuple(value)
+        if value not in ("always", "never"):
+            raise ValueError(f"expected 'always', 'never' or an object, got {value!r}")
+        return value
+
+    return hook
+
+
+def _container(value: Any, _: Any) -> Any:
+    if value is None or isinstance(value, str):
+        return value
+    return _object(value, _)
 
 
 def _tool_choice(value: Any, _: Any) -> Any:
@@ -283,7 +340,10 @@ _exactly(dict[str, str] | None, _metadata)
 _exactly(str | tuple[TextPart, ...], _text_or_parts)
 _exactly(str | tuple[InputItem, ...], _input)
 _exactly(InputItem, _input_item)
-_exactly(FunctionTool, _tool)
+_exactly(RequestTool, _tool)
+_exactly(AllowedTools, _names_or(AllowedToolsFilter))
+_exactly(RequireApproval, _names_or(ApprovalFilterParam))
+_exactly(Container, _container)
 _exactly(ToolChoice, _tool_choice)
 
 
@@ -334,12 +394,24 @@ def _check(request: CreateRequest, earlier: tuple[InputItem, ...] = ()) -> None:
             "store: false or background: true",
             param="store",
         )
-    names = [tool.name for tool in request.tools]
-    for i, name in enumerate(names):
-        if not name or names.index(name) != i:
+    if request.max_tool_calls is not None and request.max_tool_calls < 1:
+        raise RequestError(
+            f"max_tool_calls must be at least 1, got {request.max_tool_calls}",
+            param="max_tool_calls",
+        )
+    for param, message in check_server_tools(request.tools):
+        raise RequestError(message, param=param)
+    names = [tool.name for tool in request.function_tools]
+    seen: set[str] = set()
+    for i, tool in enumerate(request.tools):
+        if not isinstance(tool, FunctionTool):
+            continue
+        if not tool.name or tool.name in seen:
             raise RequestError(
-                f"tool names must be non-empty and unique, got {name!r}", param=f"tools[{i}].name"
+                f"tool names must be non-empty and unique, got {tool.name!r}",
+                param=f"tools[{i}].name",
             )
+        seen.add(tool.name)
     if (
         isinstance(request.tool_choice, ToolChoiceFunction)
         and request.tool_choice.name not in names

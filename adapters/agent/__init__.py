@@ -1,0 +1,34 @@
+"""The agent loop's tools: the `Tool` interface, MCP servers, `python`, the browser.
+
+A response whose request names server-side tools (`mcp`, `web_search_preview`,
+`code_interpreter`) runs a tool loop inside that one response (`_loop.py`): the model calls a
+tool, the server runs it, the result goes back into the harmony conversation, and the model
+generates again, all in one event stream. This package's face is what a deployment configures
+(`AgentConfig`) and implements (`Tool`, `BrowserBackend`); the loop itself is wired into the
+server. Importing it imports neither the `mcp` SDK nor the server.
+"""
+
+from ._browser import BrowserBackend, BrowserTool, Page, SearchResult, StaticBrowserBackend
+from ._mcp import ApprovalFilter, McpServerConfig, McpTool, McpToolInfo, ToolListError
+from ._python import PythonLimits, PythonTool
+from ._tool import ItemKind, Tool, ToolLimits, ToolResult, run_tool
+
+__all__ = [
+    "ApprovalFilter",
+    "BrowserBackend",
+    "BrowserTool",
+    "ItemKind",
+    "McpServerConfig",
+    "McpTool",
+    "McpToolInfo",
+    "Page",
+    "PythonLimits",
+    "PythonTool",
+    "SearchResult",
+    "StaticBrowserBackend",
+    "Tool",
+    "ToolLimits",
+    "ToolListError",
+    "ToolResult",
+    "run_tool",
+]

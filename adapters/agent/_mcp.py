@@ -1,0 +1,226 @@
+"""MCP servers as tools, through the official `mcp` SDK (`pip install 'streamfold[agent]'`).
+
+One request tool `{"type": "mcp", "server_label", "server_url", ...}` is one `McpTool`, the
+namespace `server_label`. The transport follows the URL, as MCP clients commonly decide it: a
+path ending in `/sse` is the (older) HTTP+SSE transport, anything else streamable HTTP.
+`headers` go on every HTTP request to the server (an `Authorization` header, typically).
+
+Each operation opens its own connection (`list_tools` once per response, then one per call)
+and closes it before returning. That costs an MCP handshake per call, and buys a tool call
+that is an ordinary await: cancelling it (a client that left, a cancelled background
+response) closes that connection and nothing outlives it, with no connection held open across
+the response's stream. Servers built on the 2026 MCP revision are stateless per request anyway.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import AsyncIterator, Mapping
+from contextlib import asynccontextmanager
+from typing import Any, Literal
+
+import attrs
+
+from ._tool import ItemKind, ToolResult
+
+__all__ = ["ApprovalFilter", "McpServerConfig", "McpTool", "McpToolInfo", "ToolListError"]
+
+#: Seconds to connect and for each request to an MCP server (a call is further bounded by the
+#: loop's `ToolLimits.call_seconds`).
+CONNECT_SECONDS = 10.0
+
+
+class ToolListError(Exception):
+    """Listing an MCP server's tools failed; the message says why (it goes on the item)."""
+
+
+@attrs.frozen(kw_only=True)
+class McpToolInfo:
+    """One tool an MCP server lists, as the `mcp_list_tools` item shows it."""
+
+    name: str
+    description: str | None = None
+    input_schema: dict[str, Any] = attrs.Factory(dict)
+    annotations: dict[str, Any] | None = None
+
+
+@attrs.frozen(kw_only=True)
+class ApprovalFilter:
+    """`require_approval` as an object: tools named under `never` run without asking, all
+    others (those under `always`, and any not named) need approval, the API's safe default."""
+
+    always: frozenset[str] = frozenset()
+    never: frozenset[str] = frozenset()
+
+    def needs(self, name: str) -> bool:
+        return name in self.always or name not in self.never
+
+
+@attrs.frozen(kw_only=True)
+class McpServerConfig:
+    """A request's `{"type": "mcp"}` tool, validated (see `_request_tools.py`)."""
+
+    server_label: str
+    server_url: str
+    headers: Mapping[str, str] = attrs.Factory(dict)
+    #: Tool names the model may see and call; None: all the server lists.
+    allowed_tools: frozenset[str] | None = None
+    #: Only tools whose annotations say `readOnlyHint` (the `allowed_tools.read_only` filter).
+    read_only: bool = False
+    #: As the API: absent means "always" (nothing is sent to a remote server unasked).
+    require_approval: Literal["always", "never"] | ApprovalFilter = "always"
+    server_description: str | None = None
+
+    @property
+    def transport(self) -> Literal["sse", "streamable_http"]:
+        path = self.server_url.split("?", 1)[0].rstrip("/")
+        return "sse" if path.endswith("/sse") else "streamable_http"
+
+
+def _leaf(exc: BaseException) -> BaseException:
+    # The SDK's transports run in task groups: a refused connection arrives wrapped in one or
+    # more exception groups, whose own message ("unhandled errors in a TaskGroup") says nothing.
+    while isinstance(exc, BaseExceptionGroup) and exc.exceptions:
+        exc = exc.exceptions[0]
+    return exc
+
+
+def describe_error(exc: BaseException) -> str:
+    leaf = _leaf(exc)
+    return f"{type(leaf).__name__}: {leaf}" if str(leaf) else type(leaf).__name__
+
+
+def _content_text(result: Any) -> str:
+    parts = []
+    for block in result.content:
+        kind = getattr(block, "type", None)
+        if kind == "text":
+            parts.append(block.text)
+        elif kind == "resource" and hasattr(block.resource, "text"):
+            parts.append(block.resource.text)
+        elif kind == "resource_link":
+            parts.append(f"[resource: {block.uri}]")
+        else:
+            parts.append(f"[{kind} content: {getattr(block, 'mime_type', 'unknown type')}]")
+    if not parts and result.structured_content is not None:
+        return json.dumps(result.structured_content, ensure_ascii=False)
+    return "\n".join(parts)
+
+
+class McpTool:
+    """One MCP server, the namespace `server_label` (see the module docstring)."""
+
+    kind: ItemKind = "mcp_call"
+
+    def __init__(self, config: McpServerConfig, *, connect_seconds: float = CONNECT_SECONDS):
+        self.config = config
+        self.connect_seconds = connect_seconds
+        self.tools: tuple[McpToolInfo, ...] = ()
+
+    @property
+    def namespace(self) -> str:
+        return self.config.server_label
+
+    @asynccontextmanager
+    async def _client(self) -> AsyncIterator[Any]:
+        import httpx2
+        from mcp import Client
+        from mcp.client.sse import sse_client
+        from mcp.client.streamable_http import streamable_http_client
+
+        config = self.config
+        headers = dict(config.headers)
+        timeout = self.connect_seconds
+        if config.transport == "sse":
+            transport: Any = sse_client(config.server_url, headers=headers, timeout=timeout)
+            async with Client(transport, read_timeout_seconds=timeout, cache=None) as client:
+                yield client
+            return
+        http = httpx2.AsyncClient(headers=headers, timeout=httpx2.Timeout(timeout, read=None))
+        async with http:
+            transport = streamable_http_client(config.server_url, http_client=http)
+            async with Client(transport, read_timeout_seconds=timeout, cache=None) as client:
+                yield client
+
+    def _allowed(self, info: McpToolInfo) -> bool:
+        config = self.config
+        if config.allowed_tools is not None and info.name not in config.allowed_tools:
+            return False
+        return not config.read_only or bool((info.annotations or {}).get("readOnlyHint"))
+
+    async def list_tools(self) -> tuple[McpToolInfo, ...]:
+        """The server's tools that `allowed_tools` lets through (all pages); kept for
+        `describe` and `call`. Raises `ToolListError` with a message for the item."""
+        try:
+            listed: list[McpToolInfo] = []
+            async with self._client() as client:
+                cursor = None
+                for _ in range(100):  # a server whose pages never end cannot hang the response
+                    page = await client.list_tools(cursor=cursor)
+                    for tool in page.tools:
+                        annotations = (
+                            tool.annotations.model_dump(by_alias=True, exclude_none=True)
+                            if tool.annotations is not None
+                            else None
+                        )
+                        listed.append(
+                            McpToolInfo(
+                                name=tool.name,
+                                description=tool.description,
+                                input_schema=dict(tool.input_schema),
+                                annotations=annotations,
+                            )
+                        )
+                    cursor = page.next_cursor
+                    if cursor is None:
+                        break
+        except Exception as exc:
+            raise ToolListError(
+                f"could not list the tools of MCP server {self.config.server_label!r} "
+                f"({self.config.server_url}): {describe_error(exc)}"
+            ) from exc
+        self.tools = tuple(info for info in listed if self._allowed(info))
+        return self.tools
+
+    def needs_approval(self, name: str) -> bool:
+        policy = self.config.require_approval
+        return policy == "always" if isinstance(policy, str) else policy.needs(name)
+
+    def describe(self) -> Any:
+        import openai_harmony as h
+
+        return h.ToolNamespaceConfig(
+            name=self.config.server_label,
+            description=self.config.server_description
+            or f"Tools of the MCP server {self.config.server_label}.",
+            tools=[
+                h.ToolDescription.new(
+                    tool.name, tool.description or "", parameters=tool.input_schema or None
+                )
+                for tool in self.tools
+            ],
+        )
+
+    async def call(self, name: str | None, arguments: str) -> ToolResult:
+        listed = {tool.name for tool in self.tools}
+        if name is None or name not in listed:
+            offered = ", ".join(sorted(listed)) or "none"
+            return ToolResult(
+                error=f"MCP server {self.config.server_label!r} offers no tool {name!r} "
+                f"(its tools: {offered})"
+            )
+        try:
+            parsed = json.loads(arguments) if arguments.strip() else {}
+        except json.JSONDecodeError as exc:
+            return ToolResult(error=f"the arguments are not valid JSON ({exc})")
+        if not isinstance(parsed, dict):
+            return ToolResult(error="the arguments must be a JSON object")
+        try:
+            async with self._client() as client:
+                result = await client.call_tool(name, parsed)
+        except Exception as exc:  # protocol/transport errors: the model reads them
+            return ToolResult(error=describe_error(exc))
+        text = _content_text(result)
+        if result.is_error:
+            return ToolResult(error=text or "the tool reported an error")
+        return ToolResult(output=text)

@@ -1,0 +1,124 @@
+"""The one interface every server-side tool implements, and what a call gives back.
+
+A tool is a *namespace* the model addresses in a harmony header: `to=python`,
+`to=browser.search`, `to=<server_label>.<tool>`. The loop finds the tool by the part before
+the first dot and hands it the rest (the function name, or None for `python`) and the raw
+arguments the model wrote. So a deployment adds its own tool by implementing `Tool` and
+registering it under a namespace; the loop itself never changes.
+
+Cancellation is anyio's: the loop awaits `call` inside a cancel scope, and a cancelled or
+disconnected response cancels that scope. A tool must let the cancellation through and free
+what it holds in `finally` (the python tool kills its process group there). Time limits are
+the loop's as well (`ToolLimits.call_seconds`), so a tool need not keep its own clock.
+
+Failure is data, not an exception: a tool that raises, or runs out of time, becomes a
+`ToolResult` with `error` set (see `run_tool`), the item shows that error and the model reads
+it in the next generation, and the response goes on.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal, Protocol, runtime_checkable
+
+import anyio
+import attrs
+
+__all__ = [
+    "ItemKind",
+    "Tool",
+    "ToolLimits",
+    "ToolResult",
+    "run_tool",
+]
+
+#: The output item a call to this tool becomes (the reducer decides it from the recipient:
+#: `browser.*` a web search call, `python` a code interpreter call, anything else an MCP call).
+ItemKind = Literal["web_search_call", "code_interpreter_call", "mcp_call"]
+
+# What the model reads back is capped: a tool that prints a gigabyte must not become a
+# gigabyte prompt (nor a gigabyte event).
+DEFAULT_OUTPUT_CHARS = 20_000
+
+
+@attrs.frozen(kw_only=True)
+class ToolResult:
+    """What one call gave: `output` (the text the model reads and the item shows), or `error`.
+
+    `logs` is for the python tool: the stdout/stderr the item's `outputs` show (the model reads
+    `output`, which holds the same text).
+    """
+
+    output: str | None = None
+    error: str | None = None
+    logs: str | None = None
+
+    @property
+    def text(self) -> str:
+        """What the model reads back: the output, or the error's text."""
+        if self.error is not None:
+            return f"Error: {self.error}"
+        return self.output or ""
+
+
+@attrs.frozen(kw_only=True)
+class ToolLimits:
+    """The loop's limits on tool calls (the operator sets them; requests can only lower
+    `max_tool_calls`)."""
+
+    #: Wall-clock seconds one call may take before it becomes an error.
+    call_seconds: float = 60.0
+    #: Characters of output the model reads back (the rest is cut, with a note saying so).
+    output_chars: int = DEFAULT_OUTPUT_CHARS
+    #: The most tool calls one response runs (a request's `max_tool_calls` may lower it).
+    max_tool_calls: int = 10
+
+
+@runtime_checkable
+class Tool(Protocol):
+    """A server-side tool the model can call, addressed as `namespace` (or `namespace.name`)."""
+
+    @property
+    def namespace(self) -> str:
+        """The recipient's first part: `python`, `browser`, or an MCP `server_label`."""
+
+    @property
+    def kind(self) -> ItemKind:
+        """The output item a call becomes (must match how the reducer reads the recipient)."""
+
+    def describe(self) -> Any:
+        """The tool as openai-harmony shows it in the system message: a `ToolNamespaceConfig`."""
+
+    async def call(self, name: str | None, arguments: str) -> ToolResult:
+        """Run one call: `name` is the function after the namespace (None for a bare
+        `to=python`), `arguments` what the model wrote (JSON for functions, code for python).
+        May raise; `run_tool` turns that into an error result."""
+
+
+def _cut(text: str, limit: int) -> str:
+    if len(text) <= limit:
+        return text
+    return text[:limit] + f"\n[output cut: {len(text) - limit} more characters not shown]"
+
+
+async def run_tool(tool: Tool, name: str | None, arguments: str, limits: ToolLimits) -> ToolResult:
+    """Call `tool` under the loop's limits; every failure comes back as an error result.
+
+    A cancellation of the caller is not a failure: it propagates (the response is ending).
+    """
+    result: ToolResult | None = None
+    try:
+        # move_on_after, not fail_after: a TimeoutError the tool raises itself (an HTTP
+        # client's) is the tool's own error, not this limit.
+        with anyio.move_on_after(limits.call_seconds):
+            result = await tool.call(name, arguments)
+    except Exception as exc:  # a tool's own failure: the model reads it and the response goes on
+        message = str(exc) or "no message"
+        return ToolResult(error=f"{type(exc).__name__}: {message}")
+    if result is None:
+        return ToolResult(error=f"the tool call timed out after {limits.call_seconds:g} s")
+    return attrs.evolve(
+        result,
+        output=None if result.output is None else _cut(result.output, limits.output_chars),
+        error=None if result.error is None else _cut(result.error, limits.output_chars),
+        logs=None if result.logs is None else _cut(result.logs, limits.output_chars),
+    )
