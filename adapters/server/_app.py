@@ -20,6 +20,7 @@ from starlette.responses import JSONResponse
 from starlette.routing import Route
 from starlette.types import Receive, Scope, Send
 
+from ..agent._config import AgentConfig
 from ..registry import Engine
 from ._input_items import DEFAULT_LIMIT
 from ._readiness import Readiness, health
@@ -208,15 +209,20 @@ async def _server_error(request: Request, exc: Exception) -> JSONResponse:
     )
 
 
-def create_app(engine: Engine, *, store: EventStore | None = None) -> Starlette:
+def create_app(
+    engine: Engine, *, store: EventStore | None = None, agent: AgentConfig | None = None
+) -> Starlette:
     """The Responses API as a Starlette app (routes under `/v1`, and `GET /health`: 200 when
     ready, 503 while the engine warms up; see `_readiness`), ready for uvicorn.
 
-    `store` defaults to an in-memory log. To mount it in your own app, give the outer app its
-    lifespan so background responses have somewhere to run:
+    `store` defaults to an in-memory log. `agent` says which server-side tools requests may use
+    (MCP server URLs, python, the browser); by default none. To mount it in your own app, give
+    the outer app its lifespan so background responses have somewhere to run:
     `Starlette(routes=[Mount("/llm", app)], lifespan=app.router.lifespan_context)`.
     """
-    service = ResponseService(engine, store if store is not None else MemoryEventStore())
+    service = ResponseService(
+        engine, store if store is not None else MemoryEventStore(), agent=agent
+    )
     readiness = Readiness.for_service(service)
 
     @contextlib.asynccontextmanager

@@ -4,8 +4,9 @@ The Responses API lets a request name the response it follows instead of sending
 conversation again. The context is then the earlier response's own input, its output, and the
 new input, in that order (`instructions` are not carried over: each request sends its own, as
 the API does). The store keeps every stored response's input (`InputStore`), so chains of any
-length resolve one link at a time. Output items the prompt cannot show again (built-in tool
-calls) are left out of the context; messages, reasoning and function calls are carried.
+length resolve one link at a time. Output items the prompt cannot show again (web search calls,
+whose pages are not kept) are left out of the context; messages, reasoning, function calls and
+the agent loop's MCP and code interpreter items are carried.
 """
 
 from __future__ import annotations
@@ -19,7 +20,17 @@ from .requests import RequestError
 __all__ = ["CARRIED_ITEM_TYPES", "earlier_conversation", "input_items"]
 
 #: The output item types a following request sees again.
-CARRIED_ITEM_TYPES = frozenset({"message", "reasoning", "function_call"})
+CARRIED_ITEM_TYPES = frozenset(
+    {
+        "message",
+        "reasoning",
+        "function_call",
+        "mcp_call",
+        "mcp_list_tools",
+        "mcp_approval_request",
+        "code_interpreter_call",
+    }
+)
 
 
 def input_items(value: Any) -> list[Any]:

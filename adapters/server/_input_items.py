@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
+from ..agent._input import AGENT_INPUT_TYPES
 from .requests import RequestError
 
 __all__ = ["DEFAULT_LIMIT", "input_item_page", "listed_items"]
@@ -25,6 +26,12 @@ _PREFIX = {
     "function_call": "fc",
     "function_call_output": "fco",
     "reasoning": "rs",
+    "mcp_call": "mcp",
+    "mcp_list_tools": "mcpl",
+    "mcp_approval_request": "mcpr",
+    "mcp_approval_response": "mcpar",
+    "code_interpreter_call": "ci",
+    "web_search_call": "ws",
 }
 
 
@@ -69,6 +76,8 @@ def _listed(item: dict[str, Any], item_id: str) -> dict[str, Any]:
             "output": item["output"],
             "status": item.get("status", "completed"),
         }
+    if kind in AGENT_INPUT_TYPES:  # the agent loop's items are listed as they were sent
+        return {**item, "id": item_id}
     listed = {"id": item_id, "type": "reasoning", "summary": list(item.get("summary") or [])}
     if item.get("content") is not None:
         listed["content"] = list(item["content"])

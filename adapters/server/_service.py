@@ -30,7 +30,7 @@ import anyio.lowlevel
 import attrs
 from anyio.abc import TaskGroup, TaskStatus
 
-from streamfold.adapters.driver import Generation, sse_frame
+from streamfold.adapters.driver import sse_frame
 from streamfold.engines import GenerationRequest, SamplingParams
 from streamfold.statemachine import (
     Event,
@@ -43,6 +43,8 @@ from streamfold.statemachine import (
 )
 from streamfold.statemachine._grammar import Grammar
 
+from ..agent._config import AgentConfig, AgentRun, prepare_agent
+from ..agent._loop import generation_for
 from ..registry import Engine, UnknownModelError
 from ._conversation import earlier_conversation, input_items
 from ._input_items import input_item_page, listed_items
@@ -84,6 +86,7 @@ class Prepared:
     # The whole input as wire items (with what `previous_response_id` brought in), kept with
     # the response so that a later request can follow it.
     conversation: list[Any] = attrs.Factory(list)
+    agent: AgentRun | None = None  # the server-side tools: the agent loop runs the response
 
 
 @attrs.define(kw_only=True, eq=False)
@@ -162,9 +165,11 @@ class ResponseService:
         *,
         new_id: Callable[[], str] = new_response_id,
         clock: Callable[[], float] = time.time,
+        agent: AgentConfig | None = None,
     ) -> None:
         self.engine = engine
         self.store = store
+        self.agent = agent if agent is not None else AgentConfig()
         self.new_id = new_id
         self.clock = clock
         self.live: dict[str, Run] = {}
@@ -222,7 +227,9 @@ class ResponseService:
             running = run is not None and not run.finished
             earlier = await earlier_conversation(self.store, previous, running=running)
         request = parse_create_request(body, earlier=parse_input_items(earlier))
-        conversation = [*earlier, *input_items(body["input"])]
+        own = input_items(body["input"])
+        conversation = [*earlier, *own]
+        agent = prepare_agent(request, self.agent, len(own))
         try:
             grammar = self.engine.grammar(request.model)
         except UnknownModelError as exc:
@@ -230,7 +237,8 @@ class ResponseService:
         # On the loop, not in a thread: openai-harmony holds the GIL while it renders (~0.6 ms
         # for a short prompt; two threads gain nothing), so a thread would only add GIL
         # hand-offs, which under load cost far more than the rendering.
-        prompt = render_prompt(request)
+        # An agent response renders its prompt once its MCP servers have listed their tools.
+        prompt = render_prompt(request) if agent is None else ()
         response_id = self.new_id()
         sampling = SamplingParams(
             temperature=1.0 if request.temperature is None else request.temperature,
@@ -267,6 +275,7 @@ class ResponseService:
             generation=generation,
             grammar=grammar,
             conversation=conversation,
+            agent=agent,
         )
 
     # --- driving a response -------------------------------------------------------------
@@ -317,8 +326,13 @@ class ResponseService:
             log.exception("response %s: the store could not keep its input", run.id)
 
     async def _drive(self, prepared: Prepared, run: Run) -> AsyncGenerator[list[EventRecord], None]:
-        generation = Generation(
-            self.engine.source, prepared.generation, prepared.grammar, prepared.response
+        generation = generation_for(
+            self.engine.source,
+            prepared.request,
+            prepared.generation,
+            prepared.grammar,
+            prepared.response,
+            prepared.agent,
         )
         if run.keep and isinstance(self.store, InputStore):
             await self._save_input(self.store, run, prepared)

@@ -1,0 +1,211 @@
+"""What the operator allows (`AgentConfig`), and a request's tools made ready to run (`AgentRun`).
+
+Server-side tools act on the world with the server's own reach, so each is off until the
+operator turns it on: `python` runs model-written code (`PythonTool`), the browser needs a
+search backend, and MCP servers are called only at URLs the operator allows (`mcp_allow`, URL
+prefixes, or `("*",)` for any) since a request's `server_url` makes the server send HTTP
+requests wherever the client says. A request that asks for a tool this server does not offer
+gets a 400 naming the tool, before anything runs.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
+
+import attrs
+
+from ._browser import BrowserBackend, BrowserTool
+from ._input import McpApprovalRequestInput, McpApprovalResponseInput, McpCallInput
+from ._mcp import ApprovalFilter, McpServerConfig, McpTool
+from ._params import CodeInterpreterParam, McpParam, WebSearchParam
+from ._python import PythonTool
+from ._tool import Tool, ToolLimits
+
+if TYPE_CHECKING:
+    from ..requests import CreateRequest
+
+__all__ = ["AgentConfig", "AgentRun", "Approval", "prepare_agent"]
+
+#: Generations after a tool call, per response, unless the operator says otherwise.
+DEFAULT_MAX_ITERATIONS = 10
+
+
+@attrs.frozen(kw_only=True)
+class AgentConfig:
+    """The server's agent settings (`create_app(..., agent=AgentConfig(...))`)."""
+
+    #: URL prefixes a request's MCP `server_url` may start with; `("*",)` allows any URL.
+    mcp_allow: tuple[str, ...] = ()
+    #: The python tool, or None (the default): `code_interpreter` is then refused.
+    python: PythonTool | None = None
+    #: The browser's search/open backend, or None (the default): `web_search_preview` is then
+    #: refused.
+    browser: BrowserBackend | None = None
+    limits: ToolLimits = attrs.Factory(ToolLimits)
+    #: Tool rounds per response: after this many generations that ended in a server-side call,
+    #: the response ends `incomplete` (see the README's "The agent loop").
+    max_iterations: int = DEFAULT_MAX_ITERATIONS
+
+    def allows_url(self, url: str) -> bool:
+        return any(prefix == "*" or url.startswith(prefix) for prefix in self.mcp_allow)
+
+
+@attrs.frozen(kw_only=True)
+class Approval:
+    """An `mcp_approval_response` of the request, with the request it answers."""
+
+    request: McpApprovalRequestInput
+    approve: bool
+    reason: str | None = None
+
+
+@attrs.define(kw_only=True)
+class AgentRun:
+    """One response's tools, made fresh per response (the browser keeps that response's pages)."""
+
+    mcp: tuple[McpTool, ...] = ()
+    builtins: tuple[Tool, ...] = ()
+    approvals: tuple[Approval, ...] = ()
+    limits: ToolLimits = attrs.Factory(ToolLimits)
+    max_tool_calls: int = 10
+    max_iterations: int = DEFAULT_MAX_ITERATIONS
+
+    def tool(self, namespace: str) -> Tool | None:
+        for tool in (*self.builtins, *self.mcp):
+            if tool.namespace == namespace:
+                return tool
+        return None
+
+
+def _mcp_config(param: McpParam) -> McpServerConfig:
+    headers = dict(param.headers or {})
+    if param.authorization is not None:
+        headers["Authorization"] = f"Bearer {param.authorization}"
+    allowed, read_only = param.allowed_tools, False
+    names: frozenset[str] | None = None
+    if isinstance(allowed, tuple):
+        names = frozenset(allowed)
+    elif allowed is not None:
+        names = None if allowed.tool_names is None else frozenset(allowed.tool_names)
+        read_only = bool(allowed.read_only)
+    policy = param.require_approval
+    approval: ApprovalFilter | str
+    if policy is None:
+        approval = "always"  # as the API: nothing goes to a remote server unasked
+    elif isinstance(policy, str):
+        approval = policy
+    else:
+        approval = ApprovalFilter(
+            always=frozenset(policy.always.tool_names if policy.always else ()),
+            never=frozenset(policy.never.tool_names if policy.never else ()),
+        )
+    return McpServerConfig(
+        server_label=param.server_label,
+        server_url=param.server_url or "",
+        headers=headers,
+        allowed_tools=names,
+        read_only=read_only,
+        require_approval=approval,  # type: ignore[arg-type]
+        server_description=param.server_description,
+    )
+
+
+def _own_items(request: CreateRequest, own: int) -> Sequence[object]:
+    items = request.input if isinstance(request.input, tuple) else ()
+    return items[len(items) - own :]
+
+
+def _approvals(request: CreateRequest, own: int, labels: set[str]) -> list[Approval]:
+    from ..requests import RequestError
+
+    items = request.input if isinstance(request.input, tuple) else ()
+    asked = {item.id: item for item in items if isinstance(item, McpApprovalRequestInput)}
+    answered = {
+        item.approval_request_id
+        for item in items
+        if isinstance(item, McpCallInput) and item.approval_request_id
+    }
+    approvals = []
+    offset = len(items) - own
+    for i, item in enumerate(_own_items(request, own)):
+        if not isinstance(item, McpApprovalResponseInput):
+            continue
+        param = f"input[{i}].approval_request_id"
+        asked_for = asked.get(item.approval_request_id)
+        position = offset + i
+        if asked_for is None or items.index(asked_for) > position:
+            raise RequestError(
+                f"no mcp_approval_request with id {item.approval_request_id!r} comes before this "
+                "response; continue the response that asked (previous_response_id) or send its "
+                "mcp_approval_request item first",
+                param=param,
+            )
+        if item.approval_request_id in answered:
+            raise RequestError(
+                f"approval request {item.approval_request_id!r} was already answered", param=param
+            )
+        if asked_for.server_label not in labels:
+            raise RequestError(
+                f"approval request {item.approval_request_id!r} is for MCP server "
+                f"{asked_for.server_label!r}, which this request's tools do not include; send "
+                "that mcp tool again",
+                param=param,
+            )
+        answered.add(item.approval_request_id)
+        approvals.append(Approval(request=asked_for, approve=item.approve, reason=item.reason))
+    return approvals
+
+
+def prepare_agent(request: CreateRequest, config: AgentConfig, own: int) -> AgentRun | None:
+    """The request's server-side tools, checked against what this server offers; None when the
+    request names none. `own`: how many of `request.input`'s items are the body's own (the
+    rest came with `previous_response_id`); approval responses count only there. Raises
+    `RequestError` (400) naming the tool that cannot run here."""
+    from ..requests import RequestError
+
+    if not request.server_tools:
+        for i, item in enumerate(_own_items(request, own)):
+            if isinstance(item, McpApprovalResponseInput):
+                raise RequestError(
+                    "an mcp_approval_response needs the mcp tool it answers for in `tools`",
+                    param=f"input[{i}]",
+                )
+        return None
+    mcp: list[McpTool] = []
+    builtins: list[Tool] = []
+    for i, tool in enumerate(request.tools):
+        if isinstance(tool, McpParam):
+            if not config.allows_url(tool.server_url or ""):
+                raise RequestError(
+                    f"this server does not call MCP servers at {tool.server_url!r}; its operator "
+                    "allows them with `streamfold serve --mcp-allow PREFIX` "
+                    "(AgentConfig.mcp_allow)",
+                    param=f"tools[{i}].server_url",
+                )
+            mcp.append(McpTool(_mcp_config(tool), connect_seconds=config.limits.call_seconds))
+        elif isinstance(tool, WebSearchParam):
+            if config.browser is None:
+                raise RequestError(
+                    f"this server has no browser backend, so {tool.type} is not offered; its "
+                    "operator enables it with AgentConfig(browser=...)",
+                    param=f"tools[{i}].type",
+                )
+            builtins.append(BrowserTool(config.browser))
+        elif isinstance(tool, CodeInterpreterParam):
+            if config.python is None:
+                raise RequestError(
+                    "the python tool is off on this server, so code_interpreter is not offered; "
+                    "its operator enables it with `streamfold serve --python-tool`",
+                    param=f"tools[{i}].type",
+                )
+            builtins.append(config.python)
+    limit = config.limits.max_tool_calls
+    return AgentRun(
+        mcp=tuple(mcp),
+        builtins=tuple(builtins),
+        approvals=tuple(_approvals(request, own, {t.namespace for t in mcp})),
+        limits=config.limits,
+        max_tool_calls=min(limit, request.max_tool_calls or limit),
+        max_iterations=config.max_iterations,
+    )

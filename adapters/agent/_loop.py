@@ -1,0 +1,320 @@
+"""The agent loop: many generations, one response, tools run by the server in between.
+
+Theory of operation
+-------------------
+`AgentGeneration` has the driver's `Generation` surface (`batches()`, `close()`, `finished`),
+so the server runs an agent response exactly as any other: the same backpressure, the same
+cancellation, the same log. It makes no protocol decision; the reducer's pure calls do
+(`start`, `list_tools`, `step`, `pending_call`, `tool_result`, `approved_call`,
+`next_generation`, `finish`). The phases:
+
+1. *Listing* (I/O, before `start`): each MCP server's tools, all servers at once. A server
+   that fails is listed with its error and not offered to the model; the response goes on.
+2. *Start*: `start(..., server_tools=...)`, then one `list_tools` per MCP server.
+3. *Approvals*: each approved `mcp_approval_response` of the request runs its call
+   (`approved_call` → tool → `tool_result`); a declined one tells the model so.
+4. *Generations*: generate from the prompt; a generation that ends in a server-side call
+   leaves that call pending: run the tool, `tool_result`, append the generated tokens and the
+   tool's message to the prompt (`_render.continuation`), `next_generation`, generate again.
+   No pending call: `finish(stop)` (an approval request also ends here).
+
+Limits: calls beyond `max_tool_calls` are not run (the item's error says so and the model reads
+it, as the API ignores further calls); after `max_iterations` tool rounds a still-pending call
+gets that error and the response ends `incomplete` (`LIMIT_REASON`). A tool that fails or
+times out is an error result, never an exception. Cancellation (client gone, cancel, shutdown)
+propagates through a running tool, which stops (the python tool kills its processes); the
+server then closes the response with `close("abort", ...)`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncGenerator, AsyncIterator, Iterator
+from typing import Any
+
+import anyio
+import attrs
+
+from streamfold.engines import GenerationRequest, TokenChunk, TokenSource
+from streamfold.statemachine import Event, Response, ResponseState, finish, start, step
+from streamfold.statemachine._reducer import FinishReason, Grammar
+
+from ..driver import NO_FINISH, Generation, _close
+from ..prompt import render_prompt
+from ..requests import CreateRequest
+from ._config import AgentRun
+from ._mcp import McpTool, McpToolInfo, ToolListError
+from ._render import call_channel, call_message, call_token, continuation, tool_message
+from ._tool import ToolResult, run_tool
+
+__all__ = ["LIMIT_REASON", "AgentGeneration", "generation_for"]
+
+#: How a response that hit the server's tool-round limit ends (see the module docstring).
+LIMIT_REASON: Any = "tool_limit"
+
+
+def _tokens(chunk: TokenChunk) -> Iterator[tuple[int, float | None, Any]]:
+    logprobs = chunk.logprobs or (None,) * len(chunk.token_ids)
+    tops = chunk.top_logprobs or (None,) * len(chunk.token_ids)
+    return zip(chunk.token_ids, logprobs, tops, strict=True)
+
+
+@attrs.define
+class _Outcome:
+    reason: FinishReason = "error"
+    message: str | None = NO_FINISH
+    generated: list[int] = attrs.Factory(list)
+
+
+def _sm() -> Any:
+    # The multi-generation reducer calls (agent-core's side of issue 12).
+    import streamfold.statemachine as sm
+
+    return sm
+
+
+class AgentGeneration:
+    """One agent response: its tools, its prompt, and the reducer state between calls."""
+
+    def __init__(
+        self,
+        source: TokenSource,
+        request: CreateRequest,
+        generation: GenerationRequest,
+        grammar: Grammar,
+        response: Response,
+        run: AgentRun,
+    ) -> None:
+        self.source = source
+        self.request = request
+        self.generation = generation
+        self.grammar = grammar
+        self.response = response
+        self.run = run
+        self.state: ResponseState | None = None
+        self.calls = 0  # tool calls run (max_tool_calls counts these)
+        self.rounds = 0  # generations that ended in a server-side call
+
+    @property
+    def finished(self) -> bool:
+        return self.state is not None and self.state.finished
+
+    def close(self, reason: FinishReason, message: str | None = None) -> list[Event]:
+        """Finish the response now (if it is not finished) and return its closing events."""
+        events: list[Event] = []
+        if self.state is None:
+            self.state, events = start(self.grammar, self.response)
+        if self.state.finished:
+            return events
+        self.state, closing = finish(self.state, reason, message)
+        return events + closing
+
+    # --- phases -------------------------------------------------------------------------
+
+    async def _list(self) -> dict[str, tuple[McpToolInfo, ...] | str]:
+        listed: dict[str, tuple[McpToolInfo, ...] | str] = {}
+
+        async def one(tool: McpTool) -> None:
+            try:
+                with anyio.fail_after(self.run.limits.call_seconds):
+                    listed[tool.namespace] = await tool.list_tools()
+            except TimeoutError:
+                listed[tool.namespace] = (
+                    f"listing the tools of MCP server {tool.namespace!r} took longer than "
+                    f"{self.run.limits.call_seconds:g} s"
+                )
+            except ToolListError as exc:
+                listed[tool.namespace] = str(exc)
+
+        async with anyio.create_task_group() as group:
+            for tool in self.run.mcp:
+                group.start_soon(one, tool)
+        return listed
+
+    def _start(self, listed: dict[str, tuple[McpToolInfo, ...] | str]) -> list[Event]:
+        sm = _sm()
+        mcp = []
+        for tool in self.run.mcp:
+            tools = listed[tool.namespace]
+            policy: Any = tool.config.require_approval
+            if not isinstance(policy, str):  # the object form: the listed names it asks for
+                names = () if isinstance(tools, str) else (t.name for t in tools)
+                policy = frozenset(name for name in names if tool.needs_approval(name))
+            mcp.append(sm.McpServer(server_label=tool.namespace, require_approval=policy))
+        server_tools = sm.ServerTools(
+            browser=self.run.tool("browser") is not None,
+            python=self.run.tool("python") is not None,
+            mcp=tuple(mcp),
+        )
+        self.state, events = start(
+            self.grammar, self.response, input_tokens=0, server_tools=server_tools
+        )
+        for tool in self.run.mcp:
+            tools = listed[tool.namespace]
+            error = tools if isinstance(tools, str) else None
+            infos = () if isinstance(tools, str) else tuple(_info(sm, t) for t in tools)
+            self.state, produced = sm.list_tools(
+                self.state, tool.namespace, tools=infos, error=error
+            )
+            events += produced
+        return events
+
+    async def _run_call(self, call: Any) -> ToolResult:
+        """The tool's result for a pending call (an error result when it cannot run)."""
+        if self.calls >= self.run.max_tool_calls:
+            return ToolResult(
+                error=f"max_tool_calls ({self.run.max_tool_calls}) reached: this call was not "
+                "run; answer with what you have"
+            )
+        namespace, _, name = call.recipient.partition(".")
+        if call.kind == "mcp_call":
+            namespace, name = call.server_label, call.name
+        tool = self.run.tool(namespace)
+        if tool is None:
+            return ToolResult(error=f"no tool {call.recipient!r} is offered to this response")
+        self.calls += 1
+        return await run_tool(tool, name or None, call.arguments, self.run.limits)
+
+    def _answer(self, call: Any, result: ToolResult) -> list[Event]:
+        sm = _sm()
+        assert self.state is not None
+        kwargs: dict[str, Any] = {"error": result.error}
+        if call.kind == "code_interpreter_call":
+            logs = result.logs if result.logs is not None else result.text
+            kwargs["outputs"] = (sm.CodeInterpreterOutputLogs(logs=logs),)
+        self.state, events = sm.tool_result(
+            self.state, call.item_id, None if result.error is not None else result.output, **kwargs
+        )
+        return list(events)
+
+    async def _generate(
+        self, prompt: tuple[int, ...], outcome: _Outcome
+    ) -> AsyncIterator[list[Event]]:
+        """One generation: its events, one batch per source chunk; the outcome in `outcome`."""
+        limit = self.request.max_output_tokens
+        assert self.state is not None
+        if limit is not None and self.state.output_tokens >= limit:
+            outcome.reason, outcome.message = "length", None
+            return
+        request = attrs.evolve(
+            self.generation,
+            request_id=f"{self.generation.request_id}-{self.rounds}",
+            prompt_token_ids=prompt,
+            max_output_tokens=None if limit is None else limit - self.state.output_tokens,
+        )
+        pending: list[Event] = []
+        chunks: AsyncIterator[TokenChunk] | None = None
+        try:
+            chunks = self.source.generate(request)
+            async for chunk in chunks:
+                for token, logprob, top in _tokens(chunk):
+                    self.state, produced = step(self.state, token, logprob, top)
+                    outcome.generated.append(token)
+                    pending.extend(produced)
+                if chunk.finish_reason is not None:
+                    outcome.reason, outcome.message = chunk.finish_reason, chunk.error
+                    break
+                if pending:
+                    batch, pending = pending, []
+                    yield batch
+        except Exception as exc:  # the engine failed: report it in-band, keep what was sent
+            outcome.reason = "error"
+            outcome.message = f"generation failed: {type(exc).__name__}: {exc}"
+        finally:
+            if chunks is not None:
+                await _close(chunks)
+        if pending:
+            yield pending
+
+    async def _approvals(self) -> AsyncIterator[tuple[list[Event], list[Any]]]:
+        """Run each approved call (events) and give the messages the model reads after its
+        input: the call, and its result or the refusal."""
+        sm = _sm()
+        for approval in self.run.approvals:
+            asked = approval.request
+            recipient = f"{asked.server_label}.{asked.name}"
+            if not approval.approve:
+                reason = f": {approval.reason}" if approval.reason else ""
+                text = f"Error: the user declined this call{reason}"
+                yield [], [call_message(recipient, asked.arguments), tool_message(recipient, text)]
+                continue
+            assert self.state is not None
+            self.state, events = sm.approved_call(
+                self.state, asked.id, asked.server_label, asked.name, asked.arguments
+            )
+            yield list(events), []
+            call = sm.pending_call(self.state)
+            result = await self._run_call(call)
+            messages = [
+                call_message(recipient, asked.arguments),
+                tool_message(recipient, result.text),
+            ]
+            yield self._answer(call, result), messages
+
+    async def batches(self) -> AsyncGenerator[list[Event], None]:
+        """The response's events, in batches (see the module docstring)."""
+        sm = _sm()
+        listed = await self._list()
+        yield self._start(listed)
+        namespaces = [
+            tool.describe()
+            for tool in (*self.run.builtins, *self.run.mcp)
+            if not isinstance(listed.get(tool.namespace), str)
+        ]
+        after: list[Any] = []
+        async for events, messages in self._approvals():
+            after += messages
+            if events:
+                yield events
+        prompt = render_prompt(self.request, namespaces, after)
+        assert self.state is not None
+        self.state = sm.next_generation(self.state, input_tokens=len(prompt))
+        while True:
+            outcome = _Outcome()
+            async for batch in self._generate(prompt, outcome):
+                yield batch
+            assert self.state is not None
+            call = sm.pending_call(self.state)
+            if outcome.reason != "stop" or call is None:
+                yield self.close(outcome.reason, outcome.message)
+                return
+            if self.rounds >= self.run.max_iterations:
+                limit = (
+                    f"this response reached the server's limit of {self.run.max_iterations} "
+                    "tool rounds; the call was not run"
+                )
+                events = self._answer(call, ToolResult(error=limit))
+                yield events + self.close(LIMIT_REASON, limit)
+                return
+            self.rounds += 1
+            result = await self._run_call(call)
+            yield self._answer(call, result)
+            generated = outcome.generated
+            if not generated or generated[-1] != call_token():
+                generated = [*generated, call_token()]  # an engine that drops its stop token
+            channel = call_channel(outcome.generated, call.recipient)
+            message = tool_message(call.recipient, result.text, channel)
+            prompt = (*prompt, *generated, *continuation(message))
+            self.state = sm.next_generation(self.state, input_tokens=len(prompt))
+
+
+def _info(sm: Any, tool: McpToolInfo) -> Any:
+    return sm.McpToolInfo(
+        name=tool.name,
+        description=tool.description,
+        input_schema=tool.input_schema,
+        annotations=tool.annotations,
+    )
+
+
+def generation_for(
+    source: TokenSource,
+    request: CreateRequest,
+    generation: GenerationRequest,
+    grammar: Grammar,
+    response: Response,
+    agent: AgentRun | None,
+) -> Generation | AgentGeneration:
+    """The driver's plain `Generation`, or the agent loop when the request has server tools."""
+    if agent is None:
+        return Generation(source, generation, grammar, response)
+    return AgentGeneration(source, request, generation, grammar, response, agent)
