@@ -1,0 +1,66 @@
+"""Each server-side tool is off until the operator enables it: a request asking for one gets a
+400 naming the tool, over the real socket, before anything runs."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import openai
+import pytest
+from openai import OpenAI
+
+from streamfold.adapters.agent._config import AgentConfig
+from streamfold.adapters.server import MemoryEventStore, create_app
+from tests.server.serving import serve
+
+from .scripted import ScriptedAgentSource
+
+MCP = {"type": "mcp", "server_label": "demo", "server_url": "http://127.0.0.1:9/mcp"}
+
+
+@pytest.fixture(scope="module")
+def client() -> Iterator[OpenAI]:
+    source = ScriptedAgentSource({"m": ["<|channel|>final<|message|>hi<|return|>"]})
+    config = AgentConfig(mcp_allow=("https://tools.example.org/",))
+    app = create_app(source.engine(), store=MemoryEventStore(), agent=config)
+    with serve(app) as url:
+        yield OpenAI(base_url=f"{url}/v1", api_key="x", max_retries=0, timeout=30)
+
+
+@pytest.mark.parametrize(
+    ("tools", "param", "message"),
+    [
+        ([MCP], "tools[0].server_url", "does not call MCP servers at 'http://127.0.0.1:9/mcp'"),
+        (
+            [{"type": "function", "name": "f"}, {"type": "code_interpreter"}],
+            "tools[1].type",
+            "the python tool is off",
+        ),
+        ([{"type": "web_search_preview"}], "tools[0].type", "no browser backend"),
+    ],
+)
+def test_tools_the_operator_did_not_enable(
+    client: OpenAI, tools: list[dict[str, Any]], param: str, message: str
+) -> None:
+    with pytest.raises(openai.BadRequestError) as caught:
+        client.responses.create(model="m", input="hi", tools=tools)  # type: ignore[arg-type]
+    body: Any = caught.value.body
+    assert body["param"] == param and message in body["message"]
+    assert body["type"] == "invalid_request_error"
+
+
+def test_an_approval_answer_needs_its_request(client: OpenAI) -> None:
+    answer = {"type": "mcp_approval_response", "approval_request_id": "mcpr_1", "approve": True}
+    with pytest.raises(openai.BadRequestError) as caught:
+        client.responses.create(model="m", input=[answer])  # type: ignore[list-item]
+    assert caught.value.body["param"] == "input[0]"  # type: ignore[index]
+    allowed = {**MCP, "server_url": "https://tools.example.org/mcp"}
+    with pytest.raises(openai.BadRequestError) as caught:
+        client.responses.create(model="m", input=[answer], tools=[allowed])  # type: ignore[list-item]
+    assert caught.value.body["param"] == "input[0].approval_request_id"  # type: ignore[index]
+
+
+def test_plain_responses_are_unchanged(client: OpenAI) -> None:
+    response = client.responses.create(model="m", input="hi")
+    assert response.output_text == "hi"
