@@ -67,6 +67,37 @@ def add_serve_parser(
         f"{default_store_path()}); ':memory:' keeps nothing across restarts",
     )
     p.add_argument("--log-level", default="info", choices=("debug", "info", "warning", "error"))
+    tools = p.add_argument_group(
+        "agent tools", "server-side tools a request may use (all off by default; see the README)"
+    )
+    tools.add_argument(
+        "--mcp-allow",
+        action="append",
+        default=[],
+        metavar="PREFIX",
+        help="let requests use MCP servers whose server_url starts with PREFIX (repeatable; "
+        "'*' allows any URL: the server then sends HTTP requests wherever a client says)",
+    )
+    tools.add_argument(
+        "--python-tool",
+        action="store_true",
+        help="offer code_interpreter: run model-written python in a limited subprocess (it is "
+        "not a sandbox against network or file reads; see the README)",
+    )
+    tools.add_argument(
+        "--tool-seconds",
+        type=float,
+        default=60.0,
+        metavar="SECONDS",
+        help="wall-clock limit of one tool call (default 60)",
+    )
+    tools.add_argument(
+        "--max-tool-rounds",
+        type=int,
+        default=10,
+        metavar="N",
+        help="generations after tool calls per response before it ends incomplete (default 10)",
+    )
     from streamfold._init_model import add_native_engine_arguments
 
     add_native_engine_arguments(p)
@@ -104,6 +135,14 @@ def run_serve(args: argparse.Namespace) -> int:
     )
     from streamfold.statemachine import StreamfoldError
 
+    from streamfold.adapters.agent import AgentConfig, PythonTool, ToolLimits
+
+    agent = AgentConfig(
+        mcp_allow=tuple(args.mcp_allow),
+        python=PythonTool() if args.python_tool else None,
+        limits=ToolLimits(call_seconds=args.tool_seconds),
+        max_iterations=args.max_tool_rounds,
+    )
     try:
         engine = ENGINES[args.engine](args)
         store: EventStore
@@ -119,7 +158,7 @@ def run_serve(args: argparse.Namespace) -> int:
     # when the lifespan cancels it after the connections close: bound that wait.
     try:
         uvicorn.run(
-            create_app(engine, store=store),
+            create_app(engine, store=store, agent=agent),
             host=args.host,
             port=args.port,
             log_level=args.log_level,

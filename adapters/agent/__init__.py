@@ -9,11 +9,13 @@ server. Importing it imports neither the `mcp` SDK nor the server.
 """
 
 from ._browser import BrowserBackend, BrowserTool, Page, SearchResult, StaticBrowserBackend
+from ._config import AgentConfig
 from ._mcp import ApprovalFilter, McpServerConfig, McpTool, McpToolInfo, ToolListError
 from ._python import PythonLimits, PythonTool
 from ._tool import ItemKind, Tool, ToolLimits, ToolResult, run_tool
 
 __all__ = [
+    "AgentConfig",
     "ApprovalFilter",
     "BrowserBackend",
     "BrowserTool",
