@@ -10,7 +10,7 @@ gets a 400 naming the tool, before anything runs.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING
 
 import attrs
@@ -20,7 +20,7 @@ from ._input import McpApprovalRequestInput, McpApprovalResponseInput, McpCallIn
 from ._mcp import ApprovalFilter, McpServerConfig, McpTool
 from ._params import CodeInterpreterParam, McpParam, WebSearchParam
 from ._python import PythonTool
-from ._tool import Tool, ToolLimits
+from ._tool import ListedTool, Tool, ToolLimits
 
 if TYPE_CHECKING:
     from ..requests import CreateRequest
@@ -46,6 +46,9 @@ class AgentConfig:
     #: Tool rounds per response: after this many generations that ended in a server-side call,
     #: the response ends `incomplete` (see the README's "The agent loop").
     max_iterations: int = DEFAULT_MAX_ITERATIONS
+    #: The deployment's own listed tools, by connector id: a request's
+    #: `{"type": "mcp", "server_label": L, "connector_id": ID}` gets `connectors[ID](L)`.
+    connectors: Mapping[str, Callable[[str], ListedTool]] = attrs.Factory(dict)
 
     def allows_url(self, url: str) -> bool:
         return any(prefix == "*" or url.startswith(prefix) for prefix in self.mcp_allow)
@@ -64,7 +67,7 @@ class Approval:
 class AgentRun:
     """One response's tools, made fresh per response (the browser keeps that response's pages)."""
 
-    mcp: tuple[McpTool, ...] = ()
+    mcp: tuple[ListedTool, ...] = ()
     builtins: tuple[Tool, ...] = ()
     approvals: tuple[Approval, ...] = ()
     limits: ToolLimits = attrs.Factory(ToolLimits)
@@ -172,10 +175,18 @@ def prepare_agent(request: CreateRequest, config: AgentConfig, own: int) -> Agen
                     param=f"input[{i}]",
                 )
         return None
-    mcp: list[McpTool] = []
+    mcp: list[ListedTool] = []
     builtins: list[Tool] = []
     for i, tool in enumerate(request.tools):
-        if isinstance(tool, McpParam):
+        if isinstance(tool, McpParam) and tool.connector_id is not None:
+            if tool.connector_id not in config.connectors:
+                offered = ", ".join(sorted(config.connectors)) or "none"
+                raise RequestError(
+                    f"this server has no connector {tool.connector_id!r} (it has: {offered})",
+                    param=f"tools[{i}].connector_id",
+                )
+            mcp.append(config.connectors[tool.connector_id](tool.server_label))
+        elif isinstance(tool, McpParam):
             if not config.allows_url(tool.server_url or ""):
                 raise RequestError(
                     f"this server does not call MCP servers at {tool.server_url!r}; its operator "

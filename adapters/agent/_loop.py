@@ -42,9 +42,9 @@ from ..driver import NO_FINISH, Generation, _close
 from ..prompt import render_prompt
 from ..requests import CreateRequest
 from ._config import AgentRun
-from ._mcp import McpTool, McpToolInfo, ToolListError
+from ._mcp import describe_error
 from ._render import call_channel, call_message, call_token, continuation, tool_message
-from ._tool import ToolResult, run_tool
+from ._tool import ListedTool, ToolInfo, ToolResult, run_tool
 
 __all__ = ["LIMIT_REASON", "AgentGeneration", "generation_for"]
 
@@ -110,10 +110,10 @@ class AgentGeneration:
 
     # --- phases -------------------------------------------------------------------------
 
-    async def _list(self) -> dict[str, tuple[McpToolInfo, ...] | str]:
-        listed: dict[str, tuple[McpToolInfo, ...] | str] = {}
+    async def _list(self) -> dict[str, tuple[ToolInfo, ...] | str]:
+        listed: dict[str, tuple[ToolInfo, ...] | str] = {}
 
-        async def one(tool: McpTool) -> None:
+        async def one(tool: ListedTool) -> None:
             try:
                 with anyio.fail_after(self.run.limits.call_seconds):
                     listed[tool.namespace] = await tool.list_tools()
@@ -122,23 +122,23 @@ class AgentGeneration:
                     f"listing the tools of MCP server {tool.namespace!r} took longer than "
                     f"{self.run.limits.call_seconds:g} s"
                 )
-            except ToolListError as exc:
-                listed[tool.namespace] = str(exc)
+            except Exception as exc:  # ToolListError, or a connector's own failure
+                listed[tool.namespace] = describe_error(exc)
 
         async with anyio.create_task_group() as group:
             for tool in self.run.mcp:
                 group.start_soon(one, tool)
         return listed
 
-    def _start(self, listed: dict[str, tuple[McpToolInfo, ...] | str]) -> list[Event]:
+    def _start(self, listed: dict[str, tuple[ToolInfo, ...] | str]) -> list[Event]:
         sm = _sm()
         mcp = []
         for tool in self.run.mcp:
             tools = listed[tool.namespace]
-            policy: Any = tool.config.require_approval
-            if not isinstance(policy, str):  # the object form: the listed names it asks for
-                names = () if isinstance(tools, str) else (t.name for t in tools)
-                policy = frozenset(name for name in names if tool.needs_approval(name))
+            names = () if isinstance(tools, str) else tuple(t.name for t in tools)
+            needing = frozenset(name for name in names if tool.needs_approval(name))
+            # "always" also covers a name the model invents (it is refused once approved).
+            policy: Any = "always" if names and needing == frozenset(names) else needing
             mcp.append(sm.McpServer(server_label=tool.namespace, require_approval=policy))
         server_tools = sm.ServerTools(
             browser=self.run.tool("browser") is not None,
@@ -297,7 +297,7 @@ class AgentGeneration:
             self.state = sm.next_generation(self.state, input_tokens=len(prompt))
 
 
-def _info(sm: Any, tool: McpToolInfo) -> Any:
+def _info(sm: Any, tool: ToolInfo) -> Any:
     return sm.McpToolInfo(
         name=tool.name,
         description=tool.description,

@@ -21,7 +21,7 @@ from typing import Any, Literal
 
 import attrs
 
-from ._tool import ItemKind, ToolResult
+from ._tool import ItemKind, ToolInfo, ToolResult
 
 __all__ = ["ApprovalFilter", "McpServerConfig", "McpTool", "McpToolInfo", "ToolListError"]
 
@@ -34,14 +34,8 @@ class ToolListError(Exception):
     """Listing an MCP server's tools failed; the message says why (it goes on the item)."""
 
 
-@attrs.frozen(kw_only=True)
-class McpToolInfo:
-    """One tool an MCP server lists, as the `mcp_list_tools` item shows it."""
-
-    name: str
-    description: str | None = None
-    input_schema: dict[str, Any] = attrs.Factory(dict)
-    annotations: dict[str, Any] | None = None
+#: The listing entry of an MCP tool (the name the `mcp_list_tools` item's type uses).
+McpToolInfo = ToolInfo
 
 
 @attrs.frozen(kw_only=True)

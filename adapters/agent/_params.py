@@ -120,12 +120,10 @@ def _check_mcp(tool: McpParam, at: str) -> Iterator[tuple[str, str]]:
             "another",
         )
     if tool.connector_id is not None:
-        yield (
-            f"{at}.connector_id",
-            "this server has no connectors; give the MCP server's address in server_url",
-        )
+        if tool.server_url is not None:
+            yield (f"{at}.server_url", "give server_url or connector_id, not both")
     elif tool.server_url is None:
-        yield (f"{at}.server_url", "server_url is required for an mcp tool")
+        yield (f"{at}.server_url", "server_url (or a connector_id) is required for an mcp tool")
     else:
         url = urlparse(tool.server_url)
         if url.scheme not in ("http", "https") or not url.netloc:

@@ -25,7 +25,9 @@ import attrs
 
 __all__ = [
     "ItemKind",
+    "ListedTool",
     "Tool",
+    "ToolInfo",
     "ToolLimits",
     "ToolResult",
     "run_tool",
@@ -92,6 +94,30 @@ class Tool(Protocol):
         """Run one call: `name` is the function after the namespace (None for a bare
         `to=python`), `arguments` what the model wrote (JSON for functions, code for python).
         May raise; `run_tool` turns that into an error result."""
+
+
+@attrs.frozen(kw_only=True)
+class ToolInfo:
+    """One function a listed tool offers, as the `mcp_list_tools` item shows it."""
+
+    name: str
+    description: str | None = None
+    input_schema: dict[str, Any] = attrs.Factory(dict)
+    annotations: dict[str, Any] | None = None
+
+
+@runtime_checkable
+class ListedTool(Tool, Protocol):
+    """A tool whose functions are listed once per response, as an `mcp_list_tools` item, and
+    called as `mcp_call` items: an MCP server (`McpTool`), or a deployment's own connector
+    (`AgentConfig.connectors`)."""
+
+    async def list_tools(self) -> tuple[ToolInfo, ...]:
+        """The functions offered (kept for `describe` and `call`); raises with a message for
+        the item's `error` when listing fails."""
+
+    def needs_approval(self, name: str) -> bool:
+        """Whether a call to `name` waits for the client's `mcp_approval_response`."""
 
 
 def _cut(text: str, limit: int) -> str:

@@ -38,6 +38,11 @@ def client() -> Iterator[OpenAI]:
             "the python tool is off",
         ),
         ([{"type": "web_search_preview"}], "tools[0].type", "no browser backend"),
+        (
+            [{"type": "mcp", "server_label": "x", "connector_id": "gmail"}],
+            "tools[0].connector_id",
+            "no connector 'gmail' (it has: none)",
+        ),
     ],
 )
 def test_tools_the_operator_did_not_enable(

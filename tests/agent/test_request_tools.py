@@ -65,7 +65,7 @@ def test_every_server_tool_type_and_max_tool_calls() -> None:
         ({**MCP, "server_label": "python"}, "tools[1].server_label", "reserved"),
         ({"type": "mcp", "server_label": "d"}, "tools[1].server_url", "is required"),
         ({**MCP, "server_url": "file:///etc/passwd"}, "tools[1].server_url", "http:// or https://"),
-        ({**MCP, "connector_id": "connector_gmail"}, "tools[1].connector_id", "no connectors"),
+        ({**MCP, "connector_id": "connector_gmail"}, "tools[1].server_url", "not both"),
         ({**MCP, "headers": {"X": 1}}, "tools[1].headers", "string values"),
         ({**MCP, "headers": {"X": "a\r\nInjected: 1"}}, "tools[1].headers", "line break"),
         ({**MCP, "headers": {"Bad Name": "a"}}, "tools[1].headers", "not a valid HTTP header"),
