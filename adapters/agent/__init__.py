@@ -12,7 +12,7 @@ from ._browser import BrowserBackend, BrowserTool, Page, SearchResult, StaticBro
 from ._config import AgentConfig
 from ._mcp import ApprovalFilter, McpServerConfig, McpTool, McpToolInfo, ToolListError
 from ._python import PythonLimits, PythonTool
-from ._tool import ItemKind, Tool, ToolLimits, ToolResult, run_tool
+from ._tool import ItemKind, ListedTool, Tool, ToolInfo, ToolLimits, ToolResult, run_tool
 
 __all__ = [
     "AgentConfig",
@@ -20,6 +20,7 @@ __all__ = [
     "BrowserBackend",
     "BrowserTool",
     "ItemKind",
+    "ListedTool",
     "McpServerConfig",
     "McpTool",
     "McpToolInfo",
@@ -29,6 +30,7 @@ __all__ = [
     "SearchResult",
     "StaticBrowserBackend",
     "Tool",
+    "ToolInfo",
     "ToolLimits",
     "ToolListError",
     "ToolResult",
