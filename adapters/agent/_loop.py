@@ -43,7 +43,14 @@ from ..prompt import render_prompt
 from ..requests import CreateRequest
 from ._config import AgentRun
 from ._mcp import describe_error
-from ._render import call_channel, call_message, call_token, continuation, tool_message
+from ._render import (
+    call_channel,
+    call_message,
+    call_token,
+    continuation,
+    message_end_tokens,
+    tool_message,
+)
 from ._tool import ListedTool, ToolInfo, ToolResult, run_tool
 
 __all__ = ["LIMIT_REASON", "AgentGeneration", "generation_for"]
@@ -177,13 +184,18 @@ class AgentGeneration:
     def _answer(self, call: Any, result: ToolResult) -> list[Event]:
         sm = _sm()
         assert self.state is not None
-        kwargs: dict[str, Any] = {"error": result.error}
+        outputs = None
         if call.kind == "code_interpreter_call":
             logs = result.logs if result.logs is not None else result.text
-            kwargs["outputs"] = (sm.CodeInterpreterOutputLogs(logs=logs),)
-        self.state, events = sm.tool_result(
-            self.state, call.item_id, None if result.error is not None else result.output, **kwargs
-        )
+            outputs = (sm.CodeInterpreterOutputLogs(logs=logs),)
+        if result.error is not None:
+            self.state, events = sm.tool_result(
+                self.state, call.item_id, error=result.error, outputs=outputs
+            )
+        else:
+            self.state, events = sm.tool_result(
+                self.state, call.item_id, result.output or "", outputs=outputs
+            )
         return list(events)
 
     async def _generate(
@@ -206,16 +218,11 @@ class AgentGeneration:
         try:
             chunks = self.source.generate(request)
             async for chunk in chunks:
-                for token, logprob, top in _tokens(chunk):
-                    self.state, produced = step(self.state, token, logprob, top)
-                    outcome.generated.append(token)
-                    pending.extend(produced)
-                if chunk.finish_reason is not None:
-                    outcome.reason, outcome.message = chunk.finish_reason, chunk.error
+                if self._feed(chunk, outcome, pending):
                     break
                 if pending:
-                    batch, pending = pending, []
-                    yield batch
+                    yield pending
+                    pending = []
         except Exception as exc:  # the engine failed: report it in-band, keep what was sent
             outcome.reason = "error"
             outcome.message = f"generation failed: {type(exc).__name__}: {exc}"
@@ -224,6 +231,25 @@ class AgentGeneration:
                 await _close(chunks)
         if pending:
             yield pending
+
+    def _feed(self, chunk: TokenChunk, outcome: _Outcome, pending: list[Event]) -> bool:
+        """Step one chunk's tokens; True when the generation is over."""
+        ends = message_end_tokens()
+        for token, logprob, top in _tokens(chunk):
+            assert self.state is not None
+            self.state, produced = step(self.state, token, logprob, top)
+            outcome.generated.append(token)
+            pending.extend(produced)
+            # A call ended by <|end|> (not a stop token) leaves the engine running: the
+            # generation ends here all the same (the reducer takes no token while it is
+            # pending), and closing the source stops the engine.
+            if token in ends and _sm().pending_call(self.state) is not None:
+                outcome.reason, outcome.message = "stop", None
+                return True
+        if chunk.finish_reason is not None:
+            outcome.reason, outcome.message = chunk.finish_reason, chunk.error
+            return True
+        return False
 
     async def _approvals(self) -> AsyncIterator[tuple[list[Event], list[Any]]]:
         """Run each approved call (events) and give the messages the model reads after its
@@ -288,9 +314,12 @@ class AgentGeneration:
             self.rounds += 1
             result = await self._run_call(call)
             yield self._answer(call, result)
+            # The call as harmony renders it: ended by <|call|> (an engine may have left its
+            # stop token out, or the model ended the call with <|end|>).
             generated = outcome.generated
-            if not generated or generated[-1] != call_token():
-                generated = [*generated, call_token()]  # an engine that drops its stop token
+            if generated and generated[-1] in message_end_tokens():
+                generated = generated[:-1]
+            generated = [*generated, call_token()]
             channel = call_channel(outcome.generated, call.recipient)
             message = tool_message(call.recipient, result.text, channel)
             prompt = (*prompt, *generated, *continuation(message))

@@ -28,8 +28,10 @@ from ._input import AgentInputItem, CodeInterpreterCallInput, McpCallInput
 __all__ = [
     "call_channel",
     "call_message",
+    "call_token",
     "continuation",
     "history_messages",
+    "message_end_tokens",
     "tool_message",
     "with_server_tools",
 ]
@@ -81,13 +83,16 @@ def continuation(message: Any) -> tuple[int, ...]:
 
 
 @functools.cache
-def _call_token() -> int:
+def call_token() -> int:
+    """`<|call|>`: an engine that leaves its stop token out of the output gets it put back."""
     return int(harmony_encoding().encode("<|call|>", allowed_special="all")[0])
 
 
-def call_token() -> int:
-    """`<|call|>`: an engine that leaves its stop token out of the output gets it put back."""
-    return _call_token()
+@functools.cache
+def message_end_tokens() -> frozenset[int]:
+    """`<|call|>` and `<|end|>`: where a call message can end."""
+    encode = harmony_encoding().encode
+    return frozenset(int(encode(t, allowed_special="all")[0]) for t in ("<|call|>", "<|end|>"))
 
 
 def call_channel(generated: Sequence[int], recipient: str) -> str:
