@@ -27,8 +27,8 @@ from streamfold.adapters.agent import AgentConfig
 from streamfold.adapters.registry import Engine
 from streamfold.adapters.server import MemoryEventStore, create_app
 from streamfold.engines import GenerationRequest, TokenChunk
+from streamfold.engines.vocab import harmony_encoding, load_harmony_vocabulary
 from streamfold.statemachine import HarmonyGrammar
-from streamfold.vocab import harmony_encoding, load_harmony_vocabulary
 
 # 1. An MCP server, built with the official SDK.
 tools = MCPServer("demo")

@@ -126,6 +126,7 @@ def run_serve(args: argparse.Namespace) -> int:
             file=sys.stderr,
         )
         return 2
+    from streamfold.adapters.agent import AgentConfig, PythonTool, ToolLimits
     from streamfold.adapters.registry import ENGINES
     from streamfold.adapters.server import (
         EventStore,
@@ -134,8 +135,6 @@ def run_serve(args: argparse.Namespace) -> int:
         create_app,
     )
     from streamfold.statemachine import StreamfoldError
-
-    from streamfold.adapters.agent import AgentConfig, PythonTool, ToolLimits
 
     agent = AgentConfig(
         mcp_allow=tuple(args.mcp_allow),

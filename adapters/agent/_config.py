@@ -23,7 +23,7 @@ from ._python import PythonTool
 from ._tool import ListedTool, Tool, ToolLimits
 
 if TYPE_CHECKING:
-    from ..requests import CreateRequest
+    from ..server.requests import CreateRequest
 
 __all__ = ["AgentConfig", "AgentRun", "Approval", "prepare_agent"]
 
@@ -120,7 +120,7 @@ def _own_items(request: CreateRequest, own: int) -> Sequence[object]:
 
 
 def _approvals(request: CreateRequest, own: int, labels: set[str]) -> list[Approval]:
-    from ..requests import RequestError
+    from ..server.requests import RequestError
 
     items = request.input if isinstance(request.input, tuple) else ()
     asked = {item.id: item for item in items if isinstance(item, McpApprovalRequestInput)}
@@ -165,7 +165,7 @@ def prepare_agent(request: CreateRequest, config: AgentConfig, own: int) -> Agen
     request names none. `own`: how many of `request.input`'s items are the body's own (the
     rest came with `previous_response_id`); approval responses count only there. Raises
     `RequestError` (400) naming the tool that cannot run here."""
-    from ..requests import RequestError
+    from ..server.requests import RequestError
 
     if not request.server_tools:
         for i, item in enumerate(_own_items(request, own)):

@@ -29,18 +29,24 @@ server then closes the response with `close("abort", ...)`.
 from __future__ import annotations
 
 from collections.abc import AsyncGenerator, AsyncIterator, Iterator
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import anyio
 import attrs
 
 from streamfold.engines import GenerationRequest, TokenChunk, TokenSource
-from streamfold.statemachine import Event, Response, ResponseState, finish, start, step
-from streamfold.statemachine._reducer import FinishReason, Grammar
+from streamfold.statemachine import (
+    Event,
+    FinishReason,
+    Grammar,
+    Response,
+    ResponseState,
+    finish,
+    start,
+    step,
+)
 
 from ..driver import NO_FINISH, Generation, _close
-from ..prompt import render_prompt
-from ..requests import CreateRequest
 from ._config import AgentRun
 from ._mcp import describe_error
 from ._render import (
@@ -52,6 +58,9 @@ from ._render import (
     tool_message,
 )
 from ._tool import ListedTool, ToolInfo, ToolResult, run_tool
+
+if TYPE_CHECKING:  # the server imports this module: its own modules load lazily here
+    from ..server.requests import CreateRequest
 
 __all__ = ["LIMIT_REASON", "AgentGeneration", "generation_for"]
 
@@ -278,6 +287,8 @@ class AgentGeneration:
 
     async def batches(self) -> AsyncGenerator[list[Event], None]:
         """The response's events, in batches (see the module docstring)."""
+        from ..server.prompt import render_prompt
+
         sm = _sm()
         listed = await self._list()
         yield self._start(listed)

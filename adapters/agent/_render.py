@@ -21,7 +21,7 @@ from typing import Any
 
 import openai_harmony as h
 
-from streamfold.vocab import harmony_encoding
+from streamfold.engines.vocab import harmony_encoding
 
 from ._input import AgentInputItem, CodeInterpreterCallInput, McpCallInput
 

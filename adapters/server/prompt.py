@@ -20,7 +20,7 @@ import openai_harmony as h
 
 from streamfold.engines.vocab import harmony_encoding
 
-from .agent._render import history_messages, with_server_tools
+from ..agent._render import history_messages, with_server_tools
 from .requests import (
     CreateRequest,
     FunctionCallInput,

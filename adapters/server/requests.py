@@ -30,8 +30,8 @@ from streamfold.statemachine import (
     ToolChoiceFunction,
 )
 
-from .agent._input import AGENT_INPUT_TYPES, AgentInputItem
-from .agent._params import (
+from ..agent._input import AGENT_INPUT_TYPES, AgentInputItem
+from ..agent._params import (
     SERVER_TOOL_TYPES,
     AllowedTools,
     AllowedToolsFilter,

@@ -13,7 +13,7 @@ from typing import Any
 import anyio
 
 from streamfold.engines import GenerationRequest, TokenChunk
-from streamfold.vocab import harmony_encoding, load_harmony_vocabulary
+from streamfold.engines.vocab import harmony_encoding, load_harmony_vocabulary
 
 
 def encode(text: str) -> list[int]:

@@ -13,9 +13,9 @@ from streamfold.adapters.agent._render import (
     continuation,
     tool_message,
 )
-from streamfold.adapters.prompt import render_prompt
-from streamfold.adapters.requests import parse_create_request
-from streamfold.vocab import harmony_encoding
+from streamfold.adapters.server.prompt import render_prompt
+from streamfold.adapters.server.requests import parse_create_request
+from streamfold.engines.vocab import harmony_encoding
 
 
 def _decode(ids: tuple[int, ...]) -> str:

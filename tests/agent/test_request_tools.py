@@ -15,7 +15,7 @@ from streamfold.adapters.agent._params import (
     McpParam,
     WebSearchParam,
 )
-from streamfold.adapters.requests import RequestError, parse_create_request
+from streamfold.adapters.server.requests import RequestError, parse_create_request
 from streamfold.statemachine import FunctionTool
 
 MCP = {"type": "mcp", "server_label": "demo", "server_url": "http://127.0.0.1:1/mcp"}
