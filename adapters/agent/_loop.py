@@ -244,7 +244,15 @@ class AgentGeneration:
     def _feed(self, chunk: TokenChunk, outcome: _Outcome, pending: list[Event]) -> bool:
         """Step one chunk's tokens; True when the generation is over."""
         ends = message_end_tokens()
-        for token, logprob, top in _tokens(chunk):
+        tokens = list(_tokens(chunk))
+        stop = chunk.stop_reason
+        if chunk.finish_reason == "stop" and isinstance(stop, int) and stop in ends:
+            # An engine that leaves its stop token out of the output (it names it in
+            # stop_reason): the reducer needs that <|call|> to see the call end.
+            last = tokens[-1][0] if tokens else (outcome.generated or [None])[-1]
+            if last != stop:
+                tokens.append((stop, None, None))
+        for token, logprob, top in tokens:
             assert self.state is not None
             self.state, produced = step(self.state, token, logprob, top)
             outcome.generated.append(token)

@@ -101,6 +101,30 @@ def _content_text(result: Any) -> str:
     return "\n".join(parts)
 
 
+_SCHEMA_MAPS = frozenset({"properties", "$defs", "definitions", "patternProperties"})
+_SCHEMA_KEYS = frozenset({"items", "additionalProperties", "anyOf", "oneOf", "allOf", "not"})
+
+
+def _untitled(schema: Any) -> Any:
+    """`schema` without `title`s: pydantic (so most Python MCP servers) titles every field with
+    its own name capitalized, which harmony renders as a `// City` comment line per field."""
+    if isinstance(schema, list):
+        return [_untitled(s) for s in schema]
+    if not isinstance(schema, dict):
+        return schema
+    out = {}
+    for key, value in schema.items():
+        if key == "title" and isinstance(value, str):
+            continue
+        if key in _SCHEMA_MAPS and isinstance(value, dict):
+            out[key] = {name: _untitled(sub) for name, sub in value.items()}
+        elif key in _SCHEMA_KEYS:
+            out[key] = _untitled(value)
+        else:  # a default, an enum, an example: data, kept as it is
+            out[key] = value
+    return out
+
+
 class McpTool:
     """One MCP server, the namespace `server_label` (see the module docstring)."""
 
@@ -189,7 +213,9 @@ class McpTool:
             or f"Tools of the MCP server {self.config.server_label}.",
             tools=[
                 h.ToolDescription.new(
-                    tool.name, tool.description or "", parameters=tool.input_schema or None
+                    tool.name,
+                    tool.description or "",
+                    parameters=_untitled(tool.input_schema) or None,
                 )
                 for tool in self.tools
             ],

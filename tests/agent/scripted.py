@@ -65,7 +65,9 @@ class ScriptedAgentSource:
                     yield TokenChunk(token_ids=chunk[: limit - i], finish_reason="length")
                     return
                 yield TokenChunk(token_ids=chunk)
-            yield TokenChunk(finish_reason="stop")
+            # An engine leaving its stop token out names it in stop_reason (as vLLM does).
+            stop = encode(self.scripts[request.model][index])[-1] if self.drop_stop_token else None
+            yield TokenChunk(finish_reason="stop", stop_reason=stop)
         finally:
             self.open -= 1
 
