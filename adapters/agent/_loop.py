@@ -99,6 +99,8 @@ class AgentGeneration:
         grammar: Grammar,
         response: Response,
         run: AgentRun,
+        *,
+        record: list[Any] | None = None,
     ) -> None:
         self.source = source
         self.request = request
@@ -109,6 +111,11 @@ class AgentGeneration:
         self.state: ResponseState | None = None
         self.calls = 0  # tool calls run (max_tool_calls counts these)
         self.rounds = 0  # generations that ended in a server-side call
+        # When recording (`streamfold record`): every chunk as the reducer took it and every
+        # loop step, in order; `server_tools` as given to `start`; `finished` the last finish.
+        self.record = record
+        self.server_tools: Any = None
+        self.finished_with: tuple[FinishReason, str | None] | None = None
 
     @property
     def finished(self) -> bool:
@@ -122,6 +129,7 @@ class AgentGeneration:
         if self.state.finished:
             return events
         self.state, closing = finish(self.state, reason, message)
+        self.finished_with = (reason, message)
         return events + closing
 
     # --- phases -------------------------------------------------------------------------
@@ -161,6 +169,7 @@ class AgentGeneration:
             python=self.run.tool("python") is not None,
             mcp=tuple(mcp),
         )
+        self.server_tools = server_tools
         self.state, events = start(
             self.grammar, self.response, input_tokens=0, server_tools=server_tools
         )
@@ -168,11 +177,23 @@ class AgentGeneration:
             tools = listed[tool.namespace]
             error = tools if isinstance(tools, str) else None
             infos = () if isinstance(tools, str) else tuple(_info(sm, t) for t in tools)
-            self.state, produced = sm.list_tools(
-                self.state, tool.namespace, tools=infos, error=error
+            events += self._apply(
+                "list_tools", server_label=tool.namespace, tools=infos, error=error
             )
-            events += produced
         return events
+
+    def _apply(self, kind: str, **fields: Any) -> list[Event]:
+        """One step of the loop on the reducer (`list_tools`, `approved_call`, `tool_result`,
+        `next_generation`), kept in `record` when recording (a trace replays them in order)."""
+        if self.record is not None:
+            self.record.append((kind, fields))
+        assert self.state is not None
+        function = getattr(_sm(), kind)
+        if kind == "next_generation":
+            self.state = function(self.state, **fields)
+            return []
+        self.state, events = function(self.state, **fields)
+        return list(events)
 
     async def _run_call(self, call: Any) -> ToolResult:
         """The tool's result for a pending call (an error result when it cannot run)."""
@@ -198,14 +219,11 @@ class AgentGeneration:
             logs = result.logs if result.logs is not None else result.text
             outputs = (sm.CodeInterpreterOutputLogs(logs=logs),)
         if result.error is not None:
-            self.state, events = sm.tool_result(
-                self.state, call.item_id, error=result.error, outputs=outputs
+            return self._apply(
+                "tool_result", item_id=call.item_id, error=result.error, outputs=outputs
             )
-        else:
-            self.state, events = sm.tool_result(
-                self.state, call.item_id, result.output or "", outputs=outputs
-            )
-        return list(events)
+        output = result.output or ""
+        return self._apply("tool_result", item_id=call.item_id, output=output, outputs=outputs)
 
     async def _generate(
         self, prompt: tuple[int, ...], outcome: _Outcome
@@ -252,21 +270,27 @@ class AgentGeneration:
             last = tokens[-1][0] if tokens else (outcome.generated or [None])[-1]
             if last != stop:
                 tokens.append((stop, None, None))
+        stepped = 0
+        over = False
         for token, logprob, top in tokens:
             assert self.state is not None
             self.state, produced = step(self.state, token, logprob, top)
             outcome.generated.append(token)
             pending.extend(produced)
+            stepped += 1
             # A call ended by <|end|> (not a stop token) leaves the engine running: the
             # generation ends here all the same (the reducer takes no token while it is
             # pending), and closing the source stops the engine.
             if token in ends and _sm().pending_call(self.state) is not None:
                 outcome.reason, outcome.message = "stop", None
-                return True
-        if chunk.finish_reason is not None:
+                over = True
+                break
+        if not over and chunk.finish_reason is not None:
             outcome.reason, outcome.message = chunk.finish_reason, chunk.error
-            return True
-        return False
+            over = True
+        if self.record is not None and stepped:
+            self.record.append(_stepped(tokens[:stepped]))  # what the reducer took, no more
+        return over
 
     async def _approvals(self) -> AsyncIterator[tuple[list[Event], list[Any]]]:
         """Run each approved call (events) and give the messages the model reads after its
@@ -281,10 +305,14 @@ class AgentGeneration:
                 yield [], [call_message(recipient, asked.arguments), tool_message(recipient, text)]
                 continue
             assert self.state is not None
-            self.state, events = sm.approved_call(
-                self.state, asked.id, asked.server_label, asked.name, asked.arguments
+            events = self._apply(
+                "approved_call",
+                approval_request_id=asked.id,
+                server_label=asked.server_label,
+                name=asked.name,
+                arguments=asked.arguments,
             )
-            yield list(events), []
+            yield events, []
             call = sm.pending_call(self.state)
             result = await self._run_call(call)
             messages = [
@@ -312,7 +340,7 @@ class AgentGeneration:
                 yield events
         prompt = render_prompt(self.request, namespaces, after)
         assert self.state is not None
-        self.state = sm.next_generation(self.state, input_tokens=len(prompt))
+        self._apply("next_generation", input_tokens=len(prompt))
         while True:
             outcome = _Outcome()
             async for batch in self._generate(prompt, outcome):
@@ -342,7 +370,17 @@ class AgentGeneration:
             channel = call_channel(outcome.generated, call.recipient)
             message = tool_message(call.recipient, result.text, channel)
             prompt = (*prompt, *generated, *continuation(message))
-            self.state = sm.next_generation(self.state, input_tokens=len(prompt))
+            self._apply("next_generation", input_tokens=len(prompt))
+
+
+def _stepped(tokens: list[tuple[int, float | None, Any]]) -> TokenChunk:
+    logprobs = [logprob for _, logprob, _ in tokens]
+    tops = [top for _, _, top in tokens]
+    return TokenChunk(
+        token_ids=tuple(token for token, _, _ in tokens),
+        logprobs=None if None in logprobs else tuple(logprobs),  # type: ignore[arg-type]
+        top_logprobs=None if None in tops else tuple(tops),
+    )
 
 
 def _info(sm: Any, tool: ToolInfo) -> Any:
