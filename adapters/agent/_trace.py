@@ -1,0 +1,101 @@
+"""`streamfold record` of an agent run: the loop run once on an engine, written as a trace.
+
+The trace (agent-core's format, `streamfold.engines.dump_trace`) holds, in the order they
+happened, every chunk as the reducer took it and every step of the loop (`list_tools`,
+`approved_call`, `tool_result`, `next_generation`), and its header says which tools ran on the
+server (`server_tools`). `streamfold replay` applies them in that order with no engine, no MCP
+server and no network, and gives the very events the live run gave.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from streamfold.engines import GenerationRequest, SamplingParams, TokenChunk, TokenSource
+
+from ._config import AgentConfig, prepare_agent
+from ._loop import AgentGeneration
+
+__all__ = ["record_agent_run", "server_tools_header"]
+
+
+def server_tools_header(server_tools: Any) -> dict[str, Any]:
+    """`ServerTools` as the trace header's `server_tools`."""
+
+    def policy(value: Any) -> Any:
+        return value if isinstance(value, str) else sorted(value)
+
+    return {
+        "browser": server_tools.browser,
+        "python": server_tools.python,
+        "mcp": [
+            {"server_label": s.server_label, "require_approval": policy(s.require_approval)}
+            for s in server_tools.mcp
+        ],
+    }
+
+
+_STEPS = {
+    "list_tools": "ListToolsStep",
+    "approved_call": "ApprovedCallStep",
+    "tool_result": "ToolResultStep",
+    "next_generation": "NextGenerationStep",
+}
+
+
+def _entry(entry: Any) -> Any:
+    if isinstance(entry, TokenChunk):
+        return entry
+    import streamfold.statemachine as sm
+
+    kind, fields = entry
+    return getattr(sm, _STEPS[kind])(**fields)
+
+
+async def record_agent_run(
+    source: TokenSource,
+    body: Mapping[str, Any],
+    config: AgentConfig,
+    path: str | Path,
+    header: Mapping[str, Any],
+    *,
+    sampling: SamplingParams | None = None,
+) -> str:
+    """Run the request `body` (its `tools` name server-side tools) through the agent loop on
+    `source` and write the trace to `path`; returns the finish reason. `header` gives the
+    trace's identity (`response_id`, `model`, `created_at`, `grammar`, ...)."""
+    from streamfold.adapters.grammars import grammar_for, response_for
+    from streamfold.engines import dump_trace
+
+    from ..server._conversation import input_items
+    from ..server.prompt import stop_token_ids
+    from ..server.requests import parse_create_request
+
+    request = parse_create_request(body)
+    run = prepare_agent(request, config, len(input_items(body["input"])))
+    if run is None:
+        raise ValueError("the request names no server-side tools (mcp, code_interpreter, ...)")
+    generation = GenerationRequest(
+        request_id=str(header["response_id"]),
+        prompt_token_ids=(),
+        model=request.model,
+        max_output_tokens=request.max_output_tokens,
+        sampling=sampling or SamplingParams(),
+        stop_token_ids=stop_token_ids(),
+    )
+    entries: list[Any] = []
+    loop = AgentGeneration(
+        source, request, generation, grammar_for(header), response_for(header), run, record=entries
+    )
+    async with contextlib.aclosing(loop.batches()) as batches:
+        async for _ in batches:
+            pass
+    assert loop.finished_with is not None  # batches() always ends with finish()
+    reason, error = loop.finished_with
+    trace_header = {**header, "server_tools": server_tools_header(loop.server_tools)}
+    text = dump_trace(trace_header, [_entry(e) for e in entries], reason, error)
+    Path(path).write_text(text, encoding="utf-8")
+    return reason
