@@ -42,7 +42,9 @@ from streamfold.statemachine._sse import sse_frame
 
 __all__ = [
     "ABORT_GRACE_SECONDS",
+    "NO_FINISH",
     "Generation",
+    "close_source",
     "sse_frame",
     "stream_events",
     "stream_sse",
@@ -60,7 +62,9 @@ def _tokens(chunk: TokenChunk) -> Iterator[tuple[int, float | None, Any]]:
     return zip(chunk.token_ids, logprobs, tops, strict=True)
 
 
-async def _close(chunks: AsyncIterator[TokenChunk]) -> None:
+async def close_source(chunks: AsyncIterator[TokenChunk]) -> None:
+    """Close a source's stream (its `finally` aborts the engine), shielded and time-limited:
+    the consumer may be gone or cancelled (see the module docstring)."""
     aclose = getattr(chunks, "aclose", None)
     if aclose is None:
         return
@@ -134,7 +138,7 @@ class Generation:
             reason, message = "error", f"generation failed: {type(exc).__name__}: {exc}"
         finally:
             if chunks is not None:
-                await _close(chunks)
+                await close_source(chunks)
         yield pending + self.close(reason, message)
 
 

@@ -46,7 +46,7 @@ from streamfold.statemachine import (
     step,
 )
 
-from ..driver import NO_FINISH, Generation, _close
+from ..driver import NO_FINISH, Generation, close_source
 from ._config import AgentRun
 from ._mcp import describe_error
 from ._render import (
@@ -255,7 +255,7 @@ class AgentGeneration:
             outcome.message = f"generation failed: {type(exc).__name__}: {exc}"
         finally:
             if chunks is not None:
-                await _close(chunks)
+                await close_source(chunks)
         if pending:
             yield pending
 

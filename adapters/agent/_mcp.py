@@ -23,7 +23,14 @@ import attrs
 
 from ._tool import ItemKind, ToolInfo, ToolResult
 
-__all__ = ["ApprovalFilter", "McpServerConfig", "McpTool", "McpToolInfo", "ToolListError"]
+__all__ = [
+    "ApprovalFilter",
+    "McpServerConfig",
+    "McpTool",
+    "McpToolInfo",
+    "ToolListError",
+    "describe_error",
+]
 
 #: Seconds to connect and for each request to an MCP server (a call is further bounded by the
 #: loop's `ToolLimits.call_seconds`).
