@@ -4,6 +4,10 @@ The trace is what `streamfold replay` replays and `streamfold serve --engine rep
 recorded engine output, so a production stream can be reproduced byte for byte without the
 engine. A `--prompt` is rendered as a harmony conversation (system message with the reasoning
 effort, developer message with `--instructions`), exactly as the server renders requests.
+
+With `--mcp LABEL=URL` or `--python-tool` it records an *agent run*: the server's tool loop on
+that engine (the MCP servers listed and called, the code run), every generation's chunks and
+every tool result in order, so `streamfold replay` gives the same events offline.
 """
 
 from __future__ import annotations
@@ -12,6 +16,7 @@ import argparse
 import sys
 import time
 import uuid
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
@@ -56,6 +61,16 @@ def add_record_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentPa
         metavar="KEY=VALUE",
         help="vllm, sglang: engine option passed through (repeatable)",
     )
+    agent = p.add_argument_group("agent run", "record the server's tool loop (needs --prompt)")
+    agent.add_argument(
+        "--mcp",
+        action="append",
+        default=[],
+        metavar="LABEL=URL",
+        help="an MCP server the model may call (repeatable; its tools need no approval here)",
+    )
+    agent.add_argument("--python-tool", action="store_true", help="offer the python tool")
+    agent.add_argument("--max-tool-calls", type=int, default=None, metavar="N")
     add_native_engine_arguments(p)
     p.set_defaults(run=run_record)
 
@@ -80,25 +95,80 @@ def _prompt_ids(args: argparse.Namespace) -> tuple[int, ...]:
     return render_prompt(parse_create_request(body))
 
 
-async def _record(args: argparse.Namespace, request: Any, header: dict[str, Any]) -> str:
-    from streamfold.engines import record_trace
-
+async def _record(args: argparse.Namespace, run: Callable[[Any], Awaitable[str]]) -> str:
+    """`run(source)` on the engine the arguments name."""
     if args.engine == "native":
         from streamfold.adapters.registry import native_engine_options
         from streamfold.engines.native import build_native_engine
 
         with build_native_engine(args.model, **native_engine_options(args)) as engine:
-            return await record_trace(engine, request, args.output, header)
+            return await run(engine)
     if args.engine == "replay":
         from streamfold.adapters.registry import ReplayEngine, bundled_traces_dir
 
-        replay = ReplayEngine(args.traces or bundled_traces_dir())
-        return await record_trace(replay, request, args.output, header)
+        return await run(ReplayEngine(args.traces or bundled_traces_dir()))
     from streamfold.adapters.engine_args import build_engine_source, parse_engine_args
 
     # Built inside the running loop: vLLM's AsyncLLM binds its output handler to it.
-    source = build_engine_source(args.engine, args.model, **parse_engine_args(args.engine_arg))
-    return await record_trace(source, request, args.output, header)
+    return await run(
+        build_engine_source(args.engine, args.model, **parse_engine_args(args.engine_arg))
+    )
+
+
+def _plain_run(
+    args: argparse.Namespace, request: Any, header: dict[str, Any]
+) -> Callable[[Any], Awaitable[str]]:
+    from streamfold.engines import record_trace
+
+    def run(source: Any) -> Awaitable[str]:
+        return record_trace(source, request, args.output, header)
+
+    return run
+
+
+def _agent_run(args: argparse.Namespace, header: dict[str, Any]) -> Callable[[Any], Awaitable[str]]:
+    """The agent loop on a source, recorded (see the module docstring)."""
+    from streamfold.adapters.agent import AgentConfig, PythonTool
+    from streamfold.adapters.agent._trace import record_agent_run
+    from streamfold.engines import SamplingParams
+
+    if args.prompt is None:
+        raise ValueError("an agent run (--mcp, --python-tool) needs --prompt")
+    tools: list[dict[str, Any]] = []
+    for spec in args.mcp:
+        label, sep, url = spec.partition("=")
+        if not sep or not label or not url:
+            raise ValueError(f"--mcp takes LABEL=URL, got {spec!r}")
+        tools.append(
+            {"type": "mcp", "server_label": label, "server_url": url, "require_approval": "never"}
+        )
+    if args.python_tool:
+        tools.append({"type": "code_interpreter"})
+    body: dict[str, Any] = {
+        "model": args.model,
+        "input": args.prompt,
+        "tools": tools,
+        "max_output_tokens": args.max_output_tokens,
+    }
+    if args.instructions:
+        body["instructions"] = args.instructions
+    if args.reasoning_effort:
+        body["reasoning"] = {"effort": args.reasoning_effort}
+    if args.max_tool_calls is not None:
+        body["max_tool_calls"] = args.max_tool_calls
+    config = AgentConfig(mcp_allow=("*",), python=PythonTool() if args.python_tool else None)
+    sampling = SamplingParams(
+        temperature=args.temperature,
+        top_p=args.top_p,
+        top_k=args.top_k,
+        seed=args.seed,
+        logprobs=args.logprobs,
+    )
+
+    def run(source: Any) -> Awaitable[str]:
+        return record_agent_run(source, body, config, args.output, header, sampling=sampling)
+
+    return run
 
 
 def run_record(args: argparse.Namespace) -> int:
@@ -142,7 +212,9 @@ def run_record(args: argparse.Namespace) -> int:
                 "seed": args.seed,
             },
         }
-        reason = anyio.run(_record, args, request, header)
+        agent = bool(args.mcp or args.python_tool)
+        run = _agent_run(args, header) if agent else _plain_run(args, request, header)
+        reason = anyio.run(_record, args, run)
     except (StreamfoldError, ValueError, OSError, ImportError) as exc:
         print(f"streamfold record: {exc}", file=sys.stderr)
         return 2
