@@ -267,8 +267,8 @@ class AgentGeneration:
         if chunk.finish_reason == "stop" and isinstance(stop, int) and stop in ends:
             # An engine that leaves its stop token out of the output (it names it in
             # stop_reason): the reducer needs that <|call|> to see the call end.
-            last = tokens[-1][0] if tokens else (outcome.generated or [None])[-1]
-            if last != stop:
+            taken = [token for token, _, _ in tokens] or outcome.generated
+            if not taken or taken[-1] != stop:
                 tokens.append((stop, None, None))
         stepped = 0
         over = False
