@@ -56,6 +56,7 @@ SCRIPTS = {
     "slow": [mcp_call("slow", {"seconds": 30}), final("unreachable")],
     "ask": [mcp_call("add", {"a": 20, "b": 22})],
     "answer": [final("20 + 22 = 42.")],
+    "follow_up": [final("It was sunny.")],
     "python": [
         "<|channel|>analysis to=python code<|message|>print(6 * 7)<|call|>",
         final("It is 42."),
@@ -329,3 +330,31 @@ def test_python_and_browser(agent_server: AgentServer) -> None:
     search = response.output[0]
     assert search.type == "web_search_call" and search.action.query == "paris weather"
     assert "【0†Paris weather†example.org】" in agent_server.source.prompts("browser")[1]
+
+
+def test_previous_response_id_carries_the_loops_items(agent_server: AgentServer) -> None:
+    _, first = stream(agent_server, model="two_calls", tools=[agent_server.mcp_tool()])
+    _, second = stream(
+        agent_server,
+        model="follow_up",
+        input="And the weather again?",
+        previous_response_id=first.id,
+        tools=[agent_server.mcp_tool()],
+    )
+    assert second.output_text == "It was sunny."
+    prompt = agent_server.source.prompts("follow_up")[-1]
+    # The earlier calls and their results, as harmony renders them, then the new question.
+    weather = prompt.index(
+        "<|start|>demo.weather to=assistant<|channel|>commentary<|message|>Sunny in Paris, 21 C"
+    )
+    add = prompt.index("<|start|>demo.add to=assistant<|channel|>commentary<|message|>5<|end|>")
+    question = prompt.index("<|start|>user<|message|>And the weather again?")
+    assert weather < add < question
+    listed = agent_server.client.responses.input_items.list(second.id, order="asc")
+    assert [item.type for item in listed.data][:5] == [
+        "message",
+        "mcp_list_tools",
+        "reasoning",
+        "mcp_call",
+        "mcp_call",
+    ]
