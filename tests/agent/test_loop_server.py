@@ -57,6 +57,7 @@ SCRIPTS = {
     "ask": [mcp_call("add", {"a": 20, "b": 22})],
     "answer": [final("20 + 22 = 42.")],
     "follow_up": [final("It was sunny.")],
+    "unlisted": [final("The tools are down.")],
     "python": [
         "<|channel|>analysis to=python code<|message|>print(6 * 7)<|call|>",
         final("It is 42."),
@@ -90,7 +91,7 @@ def agent_server() -> Iterator[AgentServer]:
     source = ScriptedAgentSource(SCRIPTS)
     with running_mcp_server() as mcp:
         config = AgentConfig(
-            mcp_allow=(mcp.url + "/",),
+            mcp_allow=(mcp.url + "/", "http://127.0.0.1:9/"),
             python=PythonTool(PythonLimits(seconds=10)),
             browser=StaticBrowserBackend(
                 {"https://example.org/paris": ("Paris weather", "Sunny, 21 C")}
@@ -358,3 +359,17 @@ def test_previous_response_id_carries_the_loops_items(agent_server: AgentServer)
         "mcp_call",
         "mcp_call",
     ]
+
+
+def test_a_server_that_cannot_be_listed_is_reported_and_not_offered(
+    agent_server: AgentServer,
+) -> None:
+    down = agent_server.mcp_tool(server_label="down", server_url="http://127.0.0.1:9/mcp")
+    _, response = stream(agent_server, model="unlisted", tools=[agent_server.mcp_tool(), down])
+    assert response.status == "completed"
+    assert _types(response) == ["mcp_list_tools", "mcp_list_tools", "message"]
+    listed = {item.server_label: item for item in response.output[:2]}
+    assert listed["demo"].error is None and listed["down"].tools == []
+    assert "could not list the tools of MCP server 'down'" in listed["down"].error
+    prompt = agent_server.source.prompts("unlisted")[-1]
+    assert "## demo" in prompt and "## down" not in prompt
