@@ -162,7 +162,11 @@ class AgentGeneration:
             names = () if isinstance(tools, str) else tuple(t.name for t in tools)
             needing = frozenset(name for name in names if tool.needs_approval(name))
             # "always" also covers a name the model invents (it is refused once approved).
-            policy: Any = "always" if names and needing == frozenset(names) else needing
+            policy: Any = needing
+            if not needing:
+                policy = "never"
+            elif needing == frozenset(names):
+                policy = "always"
             mcp.append(sm.McpServer(server_label=tool.namespace, require_approval=policy))
         server_tools = sm.ServerTools(
             browser=self.run.tool("browser") is not None,

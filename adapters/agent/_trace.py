@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from streamfold.engines import GenerationRequest, SamplingParams, TokenChunk, TokenSource
+from streamfold.statemachine import Event
 
 from ._config import AgentConfig, prepare_agent
 from ._loop import AgentGeneration
@@ -63,10 +64,12 @@ async def record_agent_run(
     header: Mapping[str, Any],
     *,
     sampling: SamplingParams | None = None,
+    events: list[Event] | None = None,
 ) -> str:
     """Run the request `body` (its `tools` name server-side tools) through the agent loop on
     `source` and write the trace to `path`; returns the finish reason. `header` gives the
-    trace's identity (`response_id`, `model`, `created_at`, `grammar`, ...)."""
+    trace's identity (`response_id`, `model`, `created_at`, `grammar`, ...); `events`, when
+    given, receives the run's events (what a server would have sent)."""
     from streamfold.adapters.grammars import grammar_for, response_for
     from streamfold.engines import dump_trace
 
@@ -91,8 +94,9 @@ async def record_agent_run(
         source, request, generation, grammar_for(header), response_for(header), run, record=entries
     )
     async with contextlib.aclosing(loop.batches()) as batches:
-        async for _ in batches:
-            pass
+        async for batch in batches:
+            if events is not None:
+                events.extend(batch)
     assert loop.finished_with is not None  # batches() always ends with finish()
     reason, error = loop.finished_with
     trace_header = {**header, "server_tools": server_tools_header(loop.server_tools)}
