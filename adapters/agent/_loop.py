@@ -36,14 +36,23 @@ import attrs
 
 from streamfold.engines import GenerationRequest, TokenChunk, TokenSource
 from streamfold.statemachine import (
+    CodeInterpreterOutputLogs,
     Event,
     FinishReason,
     Grammar,
+    McpServer,
+    McpToolInfo,
     Response,
     ResponseState,
+    ServerTools,
+    approved_call,
     finish,
+    list_tools,
+    next_generation,
+    pending_call,
     start,
     step,
+    tool_result,
 )
 
 from ..driver import NO_FINISH, Generation, close_source
@@ -65,7 +74,7 @@ if TYPE_CHECKING:  # the server imports this module: its own modules load lazily
 __all__ = ["LIMIT_REASON", "AgentGeneration", "generation_for"]
 
 #: How a response that hit the server's tool-round limit ends (see the module docstring).
-LIMIT_REASON: Any = "tool_limit"
+LIMIT_REASON: FinishReason = "tool_limit"
 
 
 def _tokens(chunk: TokenChunk) -> Iterator[tuple[int, float | None, Any]]:
@@ -79,13 +88,6 @@ class _Outcome:
     reason: FinishReason = "error"
     message: str | None = NO_FINISH
     generated: list[int] = attrs.Factory(list)
-
-
-def _sm() -> Any:
-    # The multi-generation reducer calls (agent-core's side of issue 12).
-    import streamfold.statemachine as sm
-
-    return sm
 
 
 class AgentGeneration:
@@ -155,7 +157,6 @@ class AgentGeneration:
         return listed
 
     def _start(self, listed: dict[str, tuple[ToolInfo, ...] | str]) -> list[Event]:
-        sm = _sm()
         mcp = []
         for tool in self.run.mcp:
             tools = listed[tool.namespace]
@@ -167,8 +168,8 @@ class AgentGeneration:
                 policy = "never"
             elif needing == frozenset(names):
                 policy = "always"
-            mcp.append(sm.McpServer(server_label=tool.namespace, require_approval=policy))
-        server_tools = sm.ServerTools(
+            mcp.append(McpServer(server_label=tool.namespace, require_approval=policy))
+        server_tools = ServerTools(
             browser=self.run.tool("browser") is not None,
             python=self.run.tool("python") is not None,
             mcp=tuple(mcp),
@@ -180,7 +181,7 @@ class AgentGeneration:
         for tool in self.run.mcp:
             tools = listed[tool.namespace]
             error = tools if isinstance(tools, str) else None
-            infos = () if isinstance(tools, str) else tuple(_info(sm, t) for t in tools)
+            infos = () if isinstance(tools, str) else tuple(_info(t) for t in tools)
             events += self._apply(
                 "list_tools", server_label=tool.namespace, tools=infos, error=error
             )
@@ -192,11 +193,10 @@ class AgentGeneration:
         if self.record is not None:
             self.record.append((kind, fields))
         assert self.state is not None
-        function = getattr(_sm(), kind)
         if kind == "next_generation":
-            self.state = function(self.state, **fields)
+            self.state = next_generation(self.state, **fields)
             return []
-        self.state, events = function(self.state, **fields)
+        self.state, events = _STEPS[kind](self.state, **fields)
         return list(events)
 
     async def _run_call(self, call: Any) -> ToolResult:
@@ -216,12 +216,11 @@ class AgentGeneration:
         return await run_tool(tool, name or None, call.arguments, self.run.limits)
 
     def _answer(self, call: Any, result: ToolResult) -> list[Event]:
-        sm = _sm()
         assert self.state is not None
         outputs = None
         if call.kind == "code_interpreter_call":
             logs = result.logs if result.logs is not None else result.text
-            outputs = (sm.CodeInterpreterOutputLogs(logs=logs),)
+            outputs = (CodeInterpreterOutputLogs(logs=logs),)
         if result.error is not None:
             return self._apply(
                 "tool_result", item_id=call.item_id, error=result.error, outputs=outputs
@@ -285,7 +284,7 @@ class AgentGeneration:
             # A call ended by <|end|> (not a stop token) leaves the engine running: the
             # generation ends here all the same (the reducer takes no token while it is
             # pending), and closing the source stops the engine.
-            if token in ends and _sm().pending_call(self.state) is not None:
+            if token in ends and pending_call(self.state) is not None:
                 outcome.reason, outcome.message = "stop", None
                 over = True
                 break
@@ -299,7 +298,6 @@ class AgentGeneration:
     async def _approvals(self) -> AsyncIterator[tuple[list[Event], list[Any]]]:
         """Run each approved call (events) and give the messages the model reads after its
         input: the call, and its result or the refusal."""
-        sm = _sm()
         for approval in self.run.approvals:
             asked = approval.request
             recipient = f"{asked.server_label}.{asked.name}"
@@ -317,7 +315,7 @@ class AgentGeneration:
                 arguments=asked.arguments,
             )
             yield events, []
-            call = sm.pending_call(self.state)
+            call = pending_call(self.state)
             result = await self._run_call(call)
             messages = [
                 call_message(recipient, asked.arguments),
@@ -329,7 +327,6 @@ class AgentGeneration:
         """The response's events, in batches (see the module docstring)."""
         from ..server.prompt import render_prompt
 
-        sm = _sm()
         listed = await self._list()
         yield self._start(listed)
         namespaces = [
@@ -350,7 +347,7 @@ class AgentGeneration:
             async for batch in self._generate(prompt, outcome):
                 yield batch
             assert self.state is not None
-            call = sm.pending_call(self.state)
+            call = pending_call(self.state)
             if outcome.reason != "stop" or call is None:
                 yield self.close(outcome.reason, outcome.message)
                 return
@@ -377,6 +374,13 @@ class AgentGeneration:
             self._apply("next_generation", input_tokens=len(prompt))
 
 
+_STEPS: dict[str, Any] = {
+    "list_tools": list_tools,
+    "approved_call": approved_call,
+    "tool_result": tool_result,
+}
+
+
 def _stepped(tokens: list[tuple[int, float | None, Any]]) -> TokenChunk:
     logprobs = [logprob for _, logprob, _ in tokens]
     tops = [top for _, _, top in tokens]
@@ -387,8 +391,8 @@ def _stepped(tokens: list[tuple[int, float | None, Any]]) -> TokenChunk:
     )
 
 
-def _info(sm: Any, tool: ToolInfo) -> Any:
-    return sm.McpToolInfo(
+def _info(tool: ToolInfo) -> McpToolInfo:
+    return McpToolInfo(
         name=tool.name,
         description=tool.description,
         input_schema=tool.input_schema,
