@@ -220,7 +220,7 @@ def append_bytes(
     top_logprobs: Any = None,
 ) -> OpenItem:
     """Feed one token's bytes to an open item; emits a delta once whole characters exist."""
-    if logprob is None or token is None or item.kind != "message":
+    if logprob is None or token is None or not KINDS[item.kind].logprobs:
         return grow(out, item, data)
     pending = item.pending
     if pending:
