@@ -9,7 +9,6 @@ import pytest
 import torch
 from gptoss_tiny import WINDOW, make_hf_model, save
 
-from streamfold.engines.native.gptoss import model as gptoss_model
 from streamfold.engines.native.gptoss.model import DenseAttention, GptOssModel
 
 ATOL = 1e-4
@@ -45,17 +44,63 @@ def _greedy(model: GptOssModel, ids: torch.Tensor, steps: int) -> list[int]:
     return out
 
 
-@pytest.mark.parametrize("dense_moe_limit", [0, 10**9], ids=["expert-loop", "all-experts"])
-def test_prefill_logits_match_transformers_past_the_window(
-    hf_model: Any, hf_dir: Path, dense_moe_limit: int, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    monkeypatch.setattr(gptoss_model, "DENSE_MOE_LIMIT", dense_moe_limit)
+def test_prefill_logits_match_transformers_past_the_window(hf_model: Any, hf_dir: Path) -> None:
     model = GptOssModel.from_pretrained(hf_dir)
     ids = _prompt(5 * WINDOW)
     ours, _ = _prefill(model, ids)
     theirs = _hf_logits(hf_model, ids)
     assert theirs.abs().max() > 1.0  # the random model is not flat
     torch.testing.assert_close(ours, theirs, atol=ATOL, rtol=ATOL)
+
+
+@pytest.mark.parametrize("tokens", [1, 3, 40])
+def test_the_moe_reads_only_the_experts_its_tokens_chose(
+    hf_dir: Path, tokens: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue 15: decode ran every expert on every token (E/k times the expert weights read);
+    now, prefill and decode alike, only experts some token routed to are read."""
+    model = GptOssModel.from_pretrained(hf_dir)
+    layer = model.weights.layers[0]
+    experts_type = type(layer.experts)
+    read: list[int] = []
+    real_gate_up, real_down = experts_type.gate_up_of, experts_type.down_of
+
+    def gate_up_of(self: Any, expert: int) -> torch.Tensor:
+        read.append(expert)
+        return real_gate_up(self, expert)
+
+    def down_of(self: Any, expert: int) -> torch.Tensor:
+        read.append(expert)
+        return real_down(self, expert)
+
+    monkeypatch.setattr(experts_type, "gate_up_of", gate_up_of)
+    monkeypatch.setattr(experts_type, "down_of", down_of)
+    x = torch.randn(tokens, model.config.hidden_size, generator=torch.Generator().manual_seed(4))
+    chosen = torch.topk(
+        torch.nn.functional.linear(x, layer.router, layer.router_bias),
+        model.config.num_experts_per_tok,
+    ).indices
+    out = model._moe(layer, x)
+    assert sorted(read) == sorted(2 * chosen.unique().tolist())  # each chosen expert once
+    # The same sum, written out pair by pair.
+    expected = torch.zeros_like(out)
+    gates = torch.softmax(
+        torch.topk(
+            torch.nn.functional.linear(x, layer.router, layer.router_bias),
+            model.config.num_experts_per_tok,
+        ).values,
+        -1,
+    )
+    for t in range(tokens):
+        for slot, e in enumerate(chosen[t].tolist()):
+            h = torch.nn.functional.linear(
+                x[t], layer.experts.gate_up[e], layer.experts.gate_up_bias[e]
+            )
+            y = torch.nn.functional.linear(
+                model._swiglu(h), layer.experts.down[e], layer.experts.down_bias[e]
+            )
+            expected[t] += gates[t, slot] * y
+    torch.testing.assert_close(out, expected, atol=1e-5, rtol=1e-5)
 
 
 def test_each_decode_step_matches_a_full_transformers_forward(hf_model: Any, hf_dir: Path) -> None:
