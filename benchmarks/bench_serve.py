@@ -57,14 +57,15 @@ def free_port() -> int:
 
 
 class Server:
-    """`streamfold serve --engine native` in a subprocess, ready once /health says 200."""
+    """`streamfold serve` in a subprocess (the native engine on `model`, else replay), ready
+    once /health says 200."""
 
-    def __init__(self, model: Path, store: str, extra: list[str]) -> None:
+    def __init__(self, model: Path | None, store: str, extra: list[str]) -> None:
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
-        command = [sys.executable, "-m", "streamfold", "serve", "--engine", "native",
-                   "--model", str(model), "--port", str(self.port), "--store", store,
-                   "--log-level", "warning", *extra]  # fmt: skip
+        engine = ["--engine", "native", "--model", str(model)] if model else []
+        command = [sys.executable, "-m", "streamfold", "serve", *engine, "--port",
+                   str(self.port), "--store", store, "--log-level", "warning", *extra]  # fmt: skip
         started = time.perf_counter()
         self.process = subprocess.Popen(command)
         while True:
@@ -81,6 +82,21 @@ class Server:
     def close(self) -> None:
         self.process.terminate()
         self.process.wait(timeout=30)
+
+
+async def warm_client() -> None:
+    """The openai client builds its pydantic models on first use (1.9 s for the first
+    `Response` parse here): pay that on a replay server, so that a native server's first batch
+    measures the server."""
+    server = Server(None, ":memory:", [])
+    try:
+        client = AsyncOpenAI(base_url=f"{server.url}/v1", api_key="unused", max_retries=0)
+        async with client:
+            await client.responses.create(model="hello", input="hi")
+            async for _ in await client.responses.create(model="hello", input="hi", stream=True):
+                pass
+    finally:
+        server.close()
 
 
 async def served_batches(
@@ -170,6 +186,7 @@ def main() -> None:
             from transformers import GptOssForCausalLM
 
             hf = GptOssForCausalLM.from_pretrained(model, dtype=torch.float32).eval()
+        asyncio.run(warm_client())
         rows = []
         for concurrency in args.concurrency:
             ids = prompts(concurrency, args.tokens)
@@ -184,9 +201,11 @@ def main() -> None:
                     server.close()
                 rates = [n / s for s, n in batches]
                 row["stream" if stream else "json"] = (server.ready_seconds, rates)
+                print(f"served c={concurrency} stream={stream}: tok/s {rates}", flush=True)
             for threads in args.core_threads:
                 torch.set_num_threads(threads)
                 run_core(core, ids, args.tokens, "warm")
+                print(f"core and transformers, c={concurrency}, {threads} threads", flush=True)
                 row[f"core{threads}"] = timed_rate(
                     functools.partial(run_core, core, ids, args.tokens, "core"), args.steady
                 )

@@ -44,7 +44,7 @@ def default_engine_threads() -> int:
     The spare core is the event loop's (and the client's, on one machine). With all cores in
     the team, any other runnable thread deschedules a team member, and the whole team waits
     at the next barrier: measured on 2 loaded cores, the engine core alone made 19 tok/s with
-    2 threads and 152 tok/s with 1 (16 requests x 32 tokens, benchmarks/bench_serve.py).
+    2 threads and 152 tok/s with 1 (`EngineCore.run_to_completion`, 16 requests x 32 tokens).
     """
     try:
         cores = len(os.sched_getaffinity(0))
