@@ -1,10 +1,5 @@
-"""Command-line glue for the engine adapters: `--engine vllm|sglang --model NAME --engine-arg K=V`.
-
-`streamfold.cli` wires these into `serve` and `record`:
-
-    add_engine_arguments(serve_parser)
-    ...
-    source = engine_source_from_args(args)   # a TokenSource over a real vLLM or SGLang engine
+"""vLLM and SGLang by name, with the options `--engine vllm|sglang --model NAME --engine-arg K=V`
+give them (the flags themselves are defined in `streamfold/_options.py`).
 
 `--engine-arg` passes any engine option through untouched (`AsyncEngineArgs` for vLLM,
 `sglang.Engine`'s server args for SGLang): `--engine-arg tensor_parallel_size=2
@@ -14,7 +9,6 @@ booleans, null, lists) and as a plain string otherwise.
 
 from __future__ import annotations
 
-import argparse
 import json
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -26,9 +20,7 @@ from streamfold.engines.vllm import build_vllm_engine
 __all__ = [
     "ENGINE_BUILDERS",
     "EngineArgumentError",
-    "add_engine_arguments",
     "build_engine_source",
-    "engine_source_from_args",
     "parse_engine_args",
 ]
 
@@ -40,20 +32,6 @@ ENGINE_BUILDERS: dict[str, Callable[..., TokenSource]] = {
 
 class EngineArgumentError(ValueError):
     """An `--engine`, `--model` or `--engine-arg` value that cannot build an engine."""
-
-
-def add_engine_arguments(parser: argparse.ArgumentParser) -> None:
-    group = parser.add_argument_group("engine (vLLM or SGLang; needs the engine and a GPU)")
-    group.add_argument("--engine", choices=sorted(ENGINE_BUILDERS), help="serving engine")
-    group.add_argument("--model", help="model name or path the engine loads")
-    group.add_argument(
-        "--engine-arg",
-        action="append",
-        default=[],
-        metavar="KEY=VALUE",
-        help="engine option passed through (vLLM AsyncEngineArgs / SGLang server args);"
-        " repeatable; VALUE is JSON when it parses, else a string",
-    )
 
 
 def parse_engine_args(pairs: Sequence[str]) -> dict[str, Any]:
@@ -83,9 +61,3 @@ def build_engine_source(engine: str, model: str, **options: Any) -> TokenSource:
         raise EngineArgumentError(f"--engine {engine} needs --model NAME_OR_PATH")
     return builder(model, **options)
 
-
-def engine_source_from_args(args: argparse.Namespace) -> TokenSource:
-    """The token source `add_engine_arguments`' options describe."""
-    if args.engine is None:
-        raise EngineArgumentError("no --engine given; pass --engine vllm or --engine sglang")
-    return build_engine_source(args.engine, args.model, **parse_engine_args(args.engine_arg))

@@ -22,11 +22,9 @@ from typing import Any
 
 __all__ = ["add_record_parser", "run_record"]
 
-ENGINES = ("native", "vllm", "sglang", "replay")
-
 
 def add_record_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    from streamfold._init_model import add_native_engine_arguments
+    from ._options import add_engine_options
 
     p = subparsers.add_parser(
         "record",
@@ -34,13 +32,7 @@ def add_record_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentPa
         description="Run one request on an engine and write the trace that `streamfold replay` "
         "replays. Example: streamfold record --engine native --model DIR --prompt 'Hi' -o t.jsonl",
     )
-    p.add_argument("--engine", choices=ENGINES, default="native", help="token source")
-    p.add_argument(
-        "--model",
-        required=True,
-        help="native: checkpoint directory; vllm/sglang: model name or path; "
-        "replay: trace name in --traces",
-    )
+    add_engine_options(p, default_engine="native", model_required=True)
     prompt = p.add_mutually_exclusive_group(required=True)
     prompt.add_argument("--prompt", help="user message, rendered as a harmony conversation")
     prompt.add_argument("--prompt-token-ids", help="the prompt as comma-separated token ids")
@@ -53,14 +45,6 @@ def add_record_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentPa
     p.add_argument("--seed", type=int, default=None, help="makes sampling reproducible")
     p.add_argument("--logprobs", action="store_true", help="record each token's logprob")
     p.add_argument("-o", "--output", required=True, type=Path, help="trace file to write")
-    p.add_argument("--traces", type=Path, default=None, help="replay: directory of traces")
-    p.add_argument(
-        "--engine-arg",
-        action="append",
-        default=[],
-        metavar="KEY=VALUE",
-        help="vllm, sglang: engine option passed through (repeatable)",
-    )
     agent = p.add_argument_group("agent run", "record the server's tool loop (needs --prompt)")
     agent.add_argument(
         "--mcp",
@@ -71,7 +55,6 @@ def add_record_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentPa
     )
     agent.add_argument("--python-tool", action="store_true", help="offer the python tool")
     agent.add_argument("--max-tool-calls", type=int, default=None, metavar="N")
-    add_native_engine_arguments(p)
     p.set_defaults(run=run_record)
 
 
@@ -96,23 +79,17 @@ def _prompt_ids(args: argparse.Namespace) -> tuple[int, ...]:
 
 
 async def _record(args: argparse.Namespace, run: Callable[[Any], Awaitable[str]]) -> str:
-    """`run(source)` on the engine the arguments name."""
-    if args.engine == "native":
-        from streamfold.adapters.registry import native_engine_options
-        from streamfold.engines.native import build_native_engine
+    """`run(source)` on the engine the arguments name: the engines `serve` runs, built the same
+    way (vLLM's inside this running loop, as its AsyncLLM binds its output handler to it)."""
+    from streamfold.adapters.registry import ENGINES
 
-        with build_native_engine(args.model, **native_engine_options(args)) as engine:
-            return await run(engine)
-    if args.engine == "replay":
-        from streamfold.adapters.registry import ReplayEngine, bundled_traces_dir
-
-        return await run(ReplayEngine(args.traces or bundled_traces_dir()))
-    from streamfold.adapters.engine_args import build_engine_source, parse_engine_args
-
-    # Built inside the running loop: vLLM's AsyncLLM binds its output handler to it.
-    return await run(
-        build_engine_source(args.engine, args.model, **parse_engine_args(args.engine_arg))
-    )
+    source = ENGINES[args.engine](args).source
+    try:
+        return await run(source)
+    finally:
+        close = getattr(source, "close", None)
+        if callable(close):
+            close()
 
 
 def _plain_run(

@@ -25,7 +25,7 @@ def default_store_path() -> Path:
 def add_serve_parser(
     subparsers: argparse._SubParsersAction[argparse.ArgumentParser],
 ) -> argparse.ArgumentParser:
-    from streamfold.adapters.registry import ENGINES
+    from ._options import add_engine_options
 
     p = subparsers.add_parser(
         "serve",
@@ -34,28 +34,13 @@ def add_serve_parser(
         "(the default) a request's `model` names a trace file: model 'weather_call' replays "
         "TRACES/weather_call.jsonl.",
     )
-    p.add_argument("--engine", choices=sorted(ENGINES), default="replay", help="token source")
-    p.add_argument(
-        "--traces",
-        type=Path,
-        default=None,
-        help="replay: directory of trace files (default: the traces bundled with streamfold)",
-    )
+    add_engine_options(p, default_engine="replay", model_required=False)
     p.add_argument(
         "--replay-delay",
         type=float,
         default=0.0,
         metavar="SECONDS",
         help="replay: pause before each chunk, to mimic an engine's pace",
-    )
-    p.add_argument("--model", help="vllm, sglang, native: the model name or path to load")
-    p.add_argument(
-        "--engine-arg",
-        action="append",
-        default=[],
-        metavar="KEY=VALUE",
-        help="vllm, sglang: an engine option passed through (repeatable; VALUE is JSON when it "
-        "parses, else a string)",
     )
     p.add_argument("--host", default="127.0.0.1", help="interface to bind (default 127.0.0.1)")
     p.add_argument("--port", type=int, default=8000, help="TCP port (default 8000)")
@@ -98,9 +83,6 @@ def add_serve_parser(
         metavar="N",
         help="generations after tool calls per response before it ends incomplete (default 10)",
     )
-    from streamfold._init_model import add_native_engine_arguments
-
-    add_native_engine_arguments(p)
     p.set_defaults(run=run_serve)
     return p
 

@@ -10,16 +10,15 @@ import pytest
 from streamfold.adapters import EngineNotInstalledError
 from streamfold.adapters.engine_args import (
     EngineArgumentError,
-    add_engine_arguments,
-    engine_source_from_args,
+    build_engine_source,
     parse_engine_args,
 )
+from streamfold.cli import _parser
 
 
 def parse(*argv: str) -> argparse.Namespace:
-    parser = argparse.ArgumentParser()
-    add_engine_arguments(parser)
-    return parser.parse_args(argv)
+    """The options as `streamfold serve` parses them (defined once, in streamfold/_options.py)."""
+    return _parser().parse_args(["serve", *argv])
 
 
 def test_engine_args_are_json_when_they_parse_and_strings_otherwise() -> None:
@@ -44,11 +43,12 @@ def test_malformed_engine_arg_names_the_fix(bad: str) -> None:
         parse_engine_args([bad])
 
 
-def test_missing_engine_or_model_is_a_typed_error() -> None:
-    with pytest.raises(EngineArgumentError, match="--engine vllm"):
-        engine_source_from_args(parse())
+def test_unknown_engine_or_missing_model_is_a_typed_error() -> None:
+    with pytest.raises(EngineArgumentError, match="choose one of sglang, vllm"):
+        build_engine_source("tgi", "m")
+    args = parse("--engine", "sglang")
     with pytest.raises(EngineArgumentError, match="needs --model"):
-        engine_source_from_args(parse("--engine", "sglang"))
+        build_engine_source(args.engine, args.model, **parse_engine_args(args.engine_arg))
 
 
 @pytest.mark.parametrize("engine", ["vllm", "sglang"])
@@ -56,4 +56,5 @@ def test_building_without_the_engine_installed_says_how_to_install(engine: str) 
     if importlib.util.find_spec(engine) is not None:
         pytest.skip(f"{engine} is installed here")
     with pytest.raises(EngineNotInstalledError, match=rf"streamfold\[{engine}\]"):
-        engine_source_from_args(parse("--engine", engine, "--model", "m"))
+        args = parse("--engine", engine, "--model", "m")
+        build_engine_source(args.engine, args.model, **parse_engine_args(args.engine_arg))
