@@ -195,21 +195,32 @@ def dump_trace(
 
     `chunks` may hold an agent run's loop steps among the chunks, in the order they happened.
     """
-    lines = [json.dumps({"trace": 1, **header}, separators=(",", ":"))]
-    for chunk in chunks:
-        if not isinstance(chunk, TokenChunk):
-            lines.append(json.dumps(loop_line(chunk), separators=(",", ":"), ensure_ascii=False))
-            continue
-        line: dict[str, Any] = {"token_ids": list(chunk.token_ids)}
-        if chunk.logprobs is not None:
-            line["logprobs"] = list(chunk.logprobs)
-        lines.append(json.dumps(line, separators=(",", ":")))
+    lines = [_header_line(header), *map(_chunk_line, chunks)]
     if finish_reason is not None:
-        end: dict[str, Any] = {"finish_reason": finish_reason}
-        if error:
-            end["error"] = error
-        lines.append(json.dumps(end))
-    return "\n".join(lines) + "\n"
+        lines.append(_finish_line(finish_reason, error))
+    return "".join(lines)
+
+
+# The three kinds of line, written the same by `dump_trace` (a whole trace) and `record_trace`
+# (line by line, as an engine makes them).
+def _header_line(header: Mapping[str, Any]) -> str:
+    return json.dumps({"trace": 1, **header}, separators=(",", ":")) + "\n"
+
+
+def _chunk_line(chunk: TokenChunk | LoopStep) -> str:
+    if not isinstance(chunk, TokenChunk):
+        return json.dumps(loop_line(chunk), separators=(",", ":"), ensure_ascii=False) + "\n"
+    line: dict[str, Any] = {"token_ids": list(chunk.token_ids)}
+    if chunk.logprobs is not None:
+        line["logprobs"] = list(chunk.logprobs)
+    return json.dumps(line, separators=(",", ":")) + "\n"
+
+
+def _finish_line(finish_reason: FinishReason, error: str | None) -> str:
+    end: dict[str, Any] = {"finish_reason": finish_reason}
+    if error:
+        end["error"] = error
+    return json.dumps(end) + "\n"
 
 
 def write_trace(path: str | os.PathLike[str], trace: Trace) -> None:
@@ -232,27 +243,23 @@ async def record_trace(
     first["prompt_token_ids"] = list(request.prompt_token_ids)
     if "request" in header:
         first["request"] = header["request"]
-    finish: dict[str, Any] = {"finish_reason": "error", "error": "the stream ended without one"}
+    reason: FinishReason = "error"
+    error: str | None = "the stream ended without one"
     with open(path, "w", encoding="utf-8") as out:
-        out.write(json.dumps(first) + "\n")
+        out.write(_header_line(first))
         out.flush()
         stream = source.generate(request)
         try:
             async for chunk in stream:
                 if chunk.token_ids:
-                    line: dict[str, Any] = {"token_ids": list(chunk.token_ids)}
-                    if chunk.logprobs is not None:
-                        line["logprobs"] = list(chunk.logprobs)
-                    out.write(json.dumps(line) + "\n")
+                    out.write(_chunk_line(chunk))
                     out.flush()
                 if chunk.finish_reason is not None:
-                    finish = {"finish_reason": chunk.finish_reason}
-                    if chunk.error:
-                        finish["error"] = chunk.error
+                    reason, error = chunk.finish_reason, chunk.error
                     break
         finally:
             aclose = getattr(stream, "aclose", None)
             if aclose is not None:
                 await aclose()
-        out.write(json.dumps(finish) + "\n")
-    return str(finish["finish_reason"])
+        out.write(_finish_line(reason, error))
+    return reason
