@@ -22,7 +22,7 @@ exception type. A source that stops without a finish reason is treated the same 
 from __future__ import annotations
 
 import contextlib
-from collections.abc import AsyncGenerator, AsyncIterator, Iterator
+from collections.abc import AsyncGenerator, AsyncIterator, Iterable, Iterator
 from typing import Any
 
 import anyio
@@ -30,14 +30,18 @@ import anyio
 from streamfold.engines import GenerationRequest, TokenChunk, TokenSource
 from streamfold.statemachine import (
     Event,
+    LoopStep,
     Response,
     ResponseState,
+    ServerTools,
+    apply_loop_step,
     finish,
     sse_event,
     start,
     step,
 )
 from streamfold.statemachine._grammar import FinishReason, Grammar
+from streamfold.statemachine._servertools import NO_SERVER_TOOLS
 from streamfold.statemachine._sse import sse_frame
 
 __all__ = [
@@ -45,7 +49,9 @@ __all__ = [
     "NO_FINISH",
     "Generation",
     "close_source",
+    "fold",
     "sse_frame",
+    "step_chunk",
     "stream_events",
     "stream_sse",
 ]
@@ -60,6 +66,57 @@ def _tokens(chunk: TokenChunk) -> Iterator[tuple[int, float | None, Any]]:
     logprobs = chunk.logprobs or (None,) * len(chunk.token_ids)
     tops = chunk.top_logprobs or (None,) * len(chunk.token_ids)
     return zip(chunk.token_ids, logprobs, tops, strict=True)
+
+
+def step_chunk(
+    state: ResponseState, chunk: TokenChunk
+) -> tuple[ResponseState, list[Event], Exception | None]:
+    """Every token of one engine chunk through `step`, each with its logprobs: the one loop
+    from chunks to steps, which the async driver below and `fold` (replay) share.
+
+    A token that makes `step` raise (misuse: an id outside the vocabulary) ends the loop, and
+    the exception is returned beside the state and events of the tokens before it, so the
+    caller keeps those and can finish the response after them.
+    """
+    events: list[Event] = []
+    try:
+        for token, logprob, top in _tokens(chunk):
+            state, produced = step(state, token, logprob, top)
+            events.extend(produced)
+    except Exception as exc:
+        return state, events, exc
+    return state, events, None
+
+
+def fold(
+    grammar: Grammar,
+    response: Response,
+    chunks: Iterable[TokenChunk | LoopStep],
+    reason: FinishReason,
+    message: str | None = None,
+    *,
+    input_tokens: int = 0,
+    server_tools: ServerTools = NO_SERVER_TOOLS,
+) -> Iterator[Event]:
+    """The synchronous driver: `start`, every chunk's tokens, then `finish(reason, message)`.
+
+    For token streams already at hand (a trace); a live source goes through `Generation`.
+    An agent run's loop steps among the chunks are made again, in their place
+    (`apply_loop_step`).
+    """
+    state, events = start(grammar, response, input_tokens=input_tokens, server_tools=server_tools)
+    yield from events
+    for chunk in chunks:
+        if not isinstance(chunk, TokenChunk):
+            state, events = apply_loop_step(state, chunk)
+            yield from events
+            continue
+        state, events, error = step_chunk(state, chunk)
+        yield from events
+        if error is not None:
+            raise error
+    state, events = finish(state, reason, message)
+    yield from events
 
 
 async def close_source(chunks: AsyncIterator[TokenChunk]) -> None:
@@ -124,10 +181,11 @@ class Generation:
         try:
             chunks = self.source.generate(self.request)
             async for chunk in chunks:
-                for token, logprob, top in _tokens(chunk):
-                    assert self.state is not None  # set by _start above
-                    self.state, produced = step(self.state, token, logprob, top)
-                    pending.extend(produced)
+                assert self.state is not None  # set by _start above
+                self.state, produced, error = step_chunk(self.state, chunk)
+                pending.extend(produced)
+                if error is not None:
+                    raise error
                 if chunk.finish_reason is not None:
                     reason, message = chunk.finish_reason, chunk.error
                     break

@@ -60,4 +60,3 @@ def build_engine_source(engine: str, model: str, **options: Any) -> TokenSource:
     if not model:
         raise EngineArgumentError(f"--engine {engine} needs --model NAME_OR_PATH")
     return builder(model, **options)
-

@@ -1,4 +1,5 @@
-"""Replaying a trace through the reducer: the grammar its header names, and its events."""
+"""Replaying a trace through the reducer: the grammar its header names, and its events (through
+the driver's one chunk-to-step loop, `driver.fold`)."""
 
 from __future__ import annotations
 
@@ -6,19 +7,12 @@ from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
-from streamfold.engines import TokenChunk, Trace, TraceFormatError, server_tools_from_header
+from streamfold.engines import Trace, TraceFormatError, server_tools_from_header
 from streamfold.engines.replay import CUT_OFF
-from streamfold.statemachine import (
-    Event,
-    HarmonyGrammar,
-    Response,
-    ServerTools,
-    apply_loop_step,
-    finish,
-    start,
-    step,
-)
+from streamfold.statemachine import Event, HarmonyGrammar, Response, ServerTools
 from streamfold.statemachine._grammar import Grammar
+
+from .driver import fold
 
 __all__ = ["grammar_for", "iter_replay", "replay_events", "response_for"]
 
@@ -43,10 +37,8 @@ def grammar_for(header: Mapping[str, Any], base_dir: Path | None = None) -> Gram
             vocabulary=load_harmony_vocabulary(), ignore_recipients_without_tools=ignore
         )
     if grammar == "thinktags":
-        try:
-            from streamfold.adapters.thinktags_setup import thinktags_grammar_from_header
-        except ImportError as exc:  # pragma: no cover - present once issue 4 lands
-            raise TraceFormatError("this build has no think-tag grammar") from exc
+        from .thinktags_setup import thinktags_grammar_from_header
+
         return thinktags_grammar_from_header(dict(header), base_dir=base_dir)
     raise TraceFormatError(
         f'unknown grammar {grammar!r} in trace header; use "harmony" or "thinktags"'
@@ -72,27 +64,18 @@ def _server_tools(header: Mapping[str, Any]) -> ServerTools:
 
 def iter_replay(trace: Trace, base_dir: Path | None = None) -> Iterator[Event]:
     """The events of a trace, token by token; a cut-off trace ends in `response.failed`."""
-    state, events = start(
+    reason, message = (
+        ("error", CUT_OFF) if trace.finish_reason is None else (trace.finish_reason, trace.error)
+    )
+    return fold(
         grammar_for(trace.header, base_dir),
         response_for(trace.header),
+        trace.entries,
+        reason,
+        message,
         input_tokens=len(trace.header.get("prompt_token_ids", ())),
         server_tools=_server_tools(trace.header),
     )
-    yield from events
-    for chunk in trace.entries:
-        if not isinstance(chunk, TokenChunk):  # an agent run's loop step: the same call again
-            state, events = apply_loop_step(state, chunk)
-            yield from events
-            continue
-        logprobs = chunk.logprobs or (None,) * len(chunk.token_ids)
-        for token, logprob in zip(chunk.token_ids, logprobs, strict=True):
-            state, events = step(state, token, logprob)
-            yield from events
-    if trace.finish_reason is None:
-        state, events = finish(state, "error", CUT_OFF)
-    else:
-        state, events = finish(state, trace.finish_reason, trace.error)
-    yield from events
 
 
 def replay_events(trace: Trace, base_dir: Path | None = None) -> list[Event]:

@@ -147,9 +147,7 @@ def test_no_file_imports_itself_round_a_circle() -> None:
         if target and target != imp.source:
             graph[imp.source].add(target)
     cycles = _cycles(graph)
-    assert not cycles, "files that import each other: " + "; ".join(
-        " -> ".join(c) for c in cycles
-    )
+    assert not cycles, "files that import each other: " + "; ".join(" -> ".join(c) for c in cycles)
 
 
 def _cycles(graph: dict[str, set[str]]) -> list[list[str]]:
