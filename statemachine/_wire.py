@@ -21,33 +21,66 @@ from . import _model as m
 from ._errors import WireFormatError
 from ._events import Event
 
-__all__ = ["dumps", "from_wire", "loads", "sse_event", "structure", "to_wire"]
+__all__ = [
+    "dumps",
+    "from_wire",
+    "json_type",
+    "loads",
+    "sse_event",
+    "strict_converter",
+    "structure",
+    "to_wire",
+]
 
-_converter = cattrs.Converter(unstruct_collection_overrides={tuple: list})
+
+def json_type(value: Any) -> str:
+    """What `value` is in JSON's words ("a string", "an array"), for error messages."""
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "a boolean"
+    if isinstance(value, int | float):
+        return "a number"
+    if isinstance(value, str):
+        return "a string"
+    if isinstance(value, list | tuple):
+        return "an array"
+    return "an object"
+
+
+_JSON_NAMES = {str: "a string", int: "an integer", float: "a number", bool: "a boolean"}
 
 
 def _strict(kind: type, *accepted: type) -> Any:
     def hook(value: Any, _: type) -> Any:
-        # bool is an int subclass in Python but not a JSON number.
-        if isinstance(value, bool) and kind is not bool:
-            raise TypeError(f"expected {kind.__name__}, got bool")
-        if not isinstance(value, accepted):
-            raise TypeError(f"expected {kind.__name__}, got {type(value).__name__}")
+        # bool is an int in Python but not a JSON number; "3" is not a number either.
+        if (isinstance(value, bool) and kind is not bool) or not isinstance(value, accepted):
+            raise TypeError(f"expected {_JSON_NAMES[kind]}, got {json_type(value)}")
         return kind(value)
 
     return hook
 
 
-_converter.register_structure_hook(str, _strict(str, str))
-_converter.register_structure_hook(int, _strict(int, int))
-_converter.register_structure_hook(float, _strict(float, int, float))
-_converter.register_structure_hook(bool, _strict(bool, bool))
-
-
 def _object_dict(value: Any, _: type) -> dict[str, object]:
     if not isinstance(value, Mapping):
-        raise TypeError(f"expected object, got {type(value).__name__}")
+        raise TypeError(f"expected an object, got {json_type(value)}")
     return dict(value)
+
+
+def strict_converter(**options: Any) -> cattrs.Converter:
+    """A cattrs converter that reads JSON strictly: no `str()` of a number, no bool as an int,
+    an object where an object is due. The wire format below and the server's request parsing
+    (`streamfold.adapters.server.requests`) are each one of these, with their own hooks added.
+    """
+    converter = cattrs.Converter(**options)
+    for kind, accepted in ((str, (str,)), (int, (int,)), (float, (int, float)), (bool, (bool,))):
+        converter.register_structure_hook(kind, _strict(kind, *accepted))
+    # Generic aliases are not classes, so they are matched by equality.
+    converter.register_structure_hook_func(lambda t: t == dict[str, object], _object_dict)
+    return converter
+
+
+_converter = strict_converter(unstruct_collection_overrides={tuple: list})
 
 
 def _exactly(tp: Any, hook: Any) -> None:
@@ -55,13 +88,10 @@ def _exactly(tp: Any, hook: Any) -> None:
     _converter.register_structure_hook_func(lambda t: t == tp, hook)
 
 
-_exactly(dict[str, object], _object_dict)
-
-
 def _empty(value: Any, _: type) -> tuple[()]:
     # `annotations` and MCP error `content` are always empty in what streamfold emits.
     if not isinstance(value, list):
-        raise TypeError(f"expected array, got {type(value).__name__}")
+        raise TypeError(f"expected an array, got {json_type(value)}")
     return ()
 
 
@@ -95,7 +125,7 @@ def _tagged_union(union: Any, what: str) -> None:
 
     def hook(value: Any, _: Any) -> Any:
         if not isinstance(value, Mapping):
-            raise TypeError(f"expected object, got {type(value).__name__}")
+            raise TypeError(f"expected an object, got {json_type(value)}")
         tag = value.get("type")
         cls = by_tag.get(tag)
         if cls is None:

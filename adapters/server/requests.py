@@ -29,6 +29,7 @@ from streamfold.statemachine import (
     StreamfoldError,
     ToolChoiceFunction,
 )
+from streamfold.statemachine._wire import json_type, strict_converter
 
 from ..agent._input import AGENT_INPUT_TYPES, AgentInputItem
 from ..agent._params import (
@@ -193,49 +194,13 @@ class CreateRequest:
 
 # --- the converter -------------------------------------------------------------------------
 
-_converter = cattrs.Converter(detailed_validation=True, forbid_extra_keys=False)
-
-
-def _strict(kind: type, *accepted: type) -> Any:
-    def hook(value: Any, _: type) -> Any:
-        # bool is an int in Python but not a JSON number; "3" is not a number either.
-        if (isinstance(value, bool) and kind is not bool) or not isinstance(value, accepted):
-            raise TypeError(f"expected {_json_name(kind)}, got {_json_type(value)}")
-        return kind(value)
-
-    return hook
-
-
-def _json_name(kind: type) -> str:
-    return {str: "a string", int: "an integer", float: "a number", bool: "a boolean"}[kind]
-
-
-def _json_type(value: Any) -> str:
-    if value is None:
-        return "null"
-    if isinstance(value, bool):
-        return "a boolean"
-    if isinstance(value, int | float):
-        return "a number"
-    if isinstance(value, str):
-        return "a string"
-    if isinstance(value, list):
-        return "an array"
-    return "an object"
-
-
-for _kind, _accepted in ((str, (str,)), (int, (int,)), (float, (int, float)), (bool, (bool,))):
-    _converter.register_structure_hook(_kind, _strict(_kind, *_accepted))
+# The wire format's strict converter (scalars, objects), plus the request's own hooks below.
+_converter = strict_converter(detailed_validation=True, forbid_extra_keys=False)
+_json_type = json_type
 
 
 def _exactly(tp: Any, hook: Any) -> None:
     _converter.register_structure_hook_func(lambda t: t == tp, hook)
-
-
-def _object(value: Any, _: Any) -> dict[str, object]:
-    if not isinstance(value, Mapping):
-        raise TypeError(f"expected an object, got {_json_type(value)}")
-    return dict(value)
 
 
 def _metadata(value: Any, _: Any) -> dict[str, str] | None:
@@ -333,9 +298,11 @@ def _tool_choice(value: Any, _: Any) -> Any:
     return _converter.structure(value, ToolChoiceFunction)
 
 
-_exactly(dict[str, object], _object)
 _function_tool = make_dict_structure_fn(FunctionTool, _converter)
-_exactly(dict[str, object] | None, lambda v, _: None if v is None else _object(v, _))
+_exactly(
+    dict[str, object] | None,
+    lambda v, _: None if v is None else _converter.structure(v, dict[str, object]),
+)
 _exactly(dict[str, str] | None, _metadata)
 _exactly(str | tuple[TextPart, ...], _text_or_parts)
 _exactly(str | tuple[InputItem, ...], _input)
