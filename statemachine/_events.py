@@ -7,7 +7,7 @@ patched afterwards (the `-1` placeholder bug of peers came from patching).
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Literal, TypeVar
 
 import attrs
 
@@ -60,8 +60,12 @@ __all__ = [
 ]
 
 
-def _type(value: str) -> object:
-    # The wire discriminator: fixed per class, not an __init__ argument.
+_T = TypeVar("_T")
+
+
+def _type(value: _T) -> _T:
+    # The wire discriminator: fixed per class, not an __init__ argument. Typed as its value, so
+    # `type: Literal["response.created"] = _type("response.created")` checks as it reads.
     return attrs.field(default=value, init=False)
 
 
@@ -70,42 +74,42 @@ def _type(value: str) -> object:
 
 @attrs.frozen(kw_only=True)
 class ResponseCreatedEvent:
-    type: Literal["response.created"] = _type("response.created")  # type: ignore[assignment]
+    type: Literal["response.created"] = _type("response.created")
     sequence_number: int
     response: Response
 
 
 @attrs.frozen(kw_only=True)
 class ResponseQueuedEvent:
-    type: Literal["response.queued"] = _type("response.queued")  # type: ignore[assignment]
+    type: Literal["response.queued"] = _type("response.queued")
     sequence_number: int
     response: Response
 
 
 @attrs.frozen(kw_only=True)
 class ResponseInProgressEvent:
-    type: Literal["response.in_progress"] = _type("response.in_progress")  # type: ignore[assignment]
+    type: Literal["response.in_progress"] = _type("response.in_progress")
     sequence_number: int
     response: Response
 
 
 @attrs.frozen(kw_only=True)
 class ResponseCompletedEvent:
-    type: Literal["response.completed"] = _type("response.completed")  # type: ignore[assignment]
+    type: Literal["response.completed"] = _type("response.completed")
     sequence_number: int
     response: Response
 
 
 @attrs.frozen(kw_only=True)
 class ResponseIncompleteEvent:
-    type: Literal["response.incomplete"] = _type("response.incomplete")  # type: ignore[assignment]
+    type: Literal["response.incomplete"] = _type("response.incomplete")
     sequence_number: int
     response: Response
 
 
 @attrs.frozen(kw_only=True)
 class ResponseFailedEvent:
-    type: Literal["response.failed"] = _type("response.failed")  # type: ignore[assignment]
+    type: Literal["response.failed"] = _type("response.failed")
     sequence_number: int
     response: Response
 
@@ -114,7 +118,7 @@ class ResponseFailedEvent:
 class ResponseErrorEvent:
     """The documented flat `error` event (the SDK yields it without raising)."""
 
-    type: Literal["error"] = _type("error")  # type: ignore[assignment]
+    type: Literal["error"] = _type("error")
     sequence_number: int
     message: str
     code: str | None = None
@@ -126,7 +130,7 @@ class ResponseErrorEvent:
 
 @attrs.frozen(kw_only=True)
 class ResponseOutputItemAddedEvent:
-    type: Literal["response.output_item.added"] = _type("response.output_item.added")  # type: ignore[assignment]
+    type: Literal["response.output_item.added"] = _type("response.output_item.added")
     sequence_number: int
     output_index: int
     item: OutputItem
@@ -134,7 +138,7 @@ class ResponseOutputItemAddedEvent:
 
 @attrs.frozen(kw_only=True)
 class ResponseOutputItemDoneEvent:
-    type: Literal["response.output_item.done"] = _type("response.output_item.done")  # type: ignore[assignment]
+    type: Literal["response.output_item.done"] = _type("response.output_item.done")
     sequence_number: int
     output_index: int
     item: OutputItem
@@ -142,7 +146,7 @@ class ResponseOutputItemDoneEvent:
 
 @attrs.frozen(kw_only=True)
 class ResponseContentPartAddedEvent:
-    type: Literal["response.content_part.added"] = _type("response.content_part.added")  # type: ignore[assignment]
+    type: Literal["response.content_part.added"] = _type("response.content_part.added")
     sequence_number: int
     item_id: str
     output_index: int
@@ -152,7 +156,7 @@ class ResponseContentPartAddedEvent:
 
 @attrs.frozen(kw_only=True)
 class ResponseContentPartDoneEvent:
-    type: Literal["response.content_part.done"] = _type("response.content_part.done")  # type: ignore[assignment]
+    type: Literal["response.content_part.done"] = _type("response.content_part.done")
     sequence_number: int
     item_id: str
     output_index: int
@@ -165,7 +169,7 @@ class ResponseContentPartDoneEvent:
 
 @attrs.frozen(kw_only=True)
 class ResponseTextDeltaEvent:
-    type: Literal["response.output_text.delta"] = _type("response.output_text.delta")  # type: ignore[assignment]
+    type: Literal["response.output_text.delta"] = _type("response.output_text.delta")
     sequence_number: int
     item_id: str
     output_index: int
@@ -176,7 +180,7 @@ class ResponseTextDeltaEvent:
 
 @attrs.frozen(kw_only=True)
 class ResponseTextDoneEvent:
-    type: Literal["response.output_text.done"] = _type("response.output_text.done")  # type: ignore[assignment]
+    type: Literal["response.output_text.done"] = _type("response.output_text.done")
     sequence_number: int
     item_id: str
     output_index: int
@@ -187,7 +191,7 @@ class ResponseTextDoneEvent:
 
 @attrs.frozen(kw_only=True)
 class ResponseRefusalDeltaEvent:
-    type: Literal["response.refusal.delta"] = _type("response.refusal.delta")  # type: ignore[assignment]
+    type: Literal["response.refusal.delta"] = _type("response.refusal.delta")
     sequence_number: int
     item_id: str
     output_index: int
@@ -197,7 +201,7 @@ class ResponseRefusalDeltaEvent:
 
 @attrs.frozen(kw_only=True)
 class ResponseRefusalDoneEvent:
-    type: Literal["response.refusal.done"] = _type("response.refusal.done")  # type: ignore[assignment]
+    type: Literal["response.refusal.done"] = _type("response.refusal.done")
     sequence_number: int
     item_id: str
     output_index: int
@@ -207,7 +211,7 @@ class ResponseRefusalDoneEvent:
 
 @attrs.frozen(kw_only=True)
 class ResponseReasoningTextDeltaEvent:
-    type: Literal["response.reasoning_text.delta"] = _type("response.reasoning_text.delta")  # type: ignore[assignment]
+    type: Literal["response.reasoning_text.delta"] = _type("response.reasoning_text.delta")
     sequence_number: int
     item_id: str
     output_index: int
@@ -217,7 +221,7 @@ class ResponseReasoningTextDeltaEvent:
 
 @attrs.frozen(kw_only=True)
 class ResponseReasoningTextDoneEvent:
-    type: Literal["response.reasoning_text.done"] = _type("response.reasoning_text.done")  # type: ignore[assignment]
+    type: Literal["response.reasoning_text.done"] = _type("response.reasoning_text.done")
     sequence_number: int
     item_id: str
     output_index: int
@@ -230,7 +234,7 @@ class ResponseReasoningTextDoneEvent:
 
 @attrs.frozen(kw_only=True)
 class ResponseFunctionCallArgumentsDeltaEvent:
-    type: Literal["response.function_call_arguments.delta"] = _type(  # type: ignore[assignment]
+    type: Literal["response.function_call_arguments.delta"] = _type(
         "response.function_call_arguments.delta"
     )
     sequence_number: int
@@ -241,7 +245,7 @@ class ResponseFunctionCallArgumentsDeltaEvent:
 
 @attrs.frozen(kw_only=True)
 class ResponseFunctionCallArgumentsDoneEvent:
-    type: Literal["response.function_call_arguments.done"] = _type(  # type: ignore[assignment]
+    type: Literal["response.function_call_arguments.done"] = _type(
         "response.function_call_arguments.done"
     )
     sequence_number: int
@@ -255,7 +259,7 @@ class ResponseFunctionCallArgumentsDoneEvent:
 
 @attrs.frozen(kw_only=True)
 class ResponseWebSearchCallInProgressEvent:
-    type: Literal["response.web_search_call.in_progress"] = _type(  # type: ignore[assignment]
+    type: Literal["response.web_search_call.in_progress"] = _type(
         "response.web_search_call.in_progress"
     )
     sequence_number: int
@@ -265,7 +269,7 @@ class ResponseWebSearchCallInProgressEvent:
 
 @attrs.frozen(kw_only=True)
 class ResponseWebSearchCallSearchingEvent:
-    type: Literal["response.web_search_call.searching"] = _type(  # type: ignore[assignment]
+    type: Literal["response.web_search_call.searching"] = _type(
         "response.web_search_call.searching"
     )
     sequence_number: int
@@ -275,7 +279,7 @@ class ResponseWebSearchCallSearchingEvent:
 
 @attrs.frozen(kw_only=True)
 class ResponseWebSearchCallCompletedEvent:
-    type: Literal["response.web_search_call.completed"] = _type(  # type: ignore[assignment]
+    type: Literal["response.web_search_call.completed"] = _type(
         "response.web_search_call.completed"
     )
     sequence_number: int
@@ -285,7 +289,7 @@ class ResponseWebSearchCallCompletedEvent:
 
 @attrs.frozen(kw_only=True)
 class ResponseCodeInterpreterCallInProgressEvent:
-    type: Literal["response.code_interpreter_call.in_progress"] = _type(  # type: ignore[assignment]
+    type: Literal["response.code_interpreter_call.in_progress"] = _type(
         "response.code_interpreter_call.in_progress"
     )
     sequence_number: int
@@ -295,7 +299,7 @@ class ResponseCodeInterpreterCallInProgressEvent:
 
 @attrs.frozen(kw_only=True)
 class ResponseCodeInterpreterCallInterpretingEvent:
-    type: Literal["response.code_interpreter_call.interpreting"] = _type(  # type: ignore[assignment]
+    type: Literal["response.code_interpreter_call.interpreting"] = _type(
         "response.code_interpreter_call.interpreting"
     )
     sequence_number: int
@@ -305,7 +309,7 @@ class ResponseCodeInterpreterCallInterpretingEvent:
 
 @attrs.frozen(kw_only=True)
 class ResponseCodeInterpreterCallCompletedEvent:
-    type: Literal["response.code_interpreter_call.completed"] = _type(  # type: ignore[assignment]
+    type: Literal["response.code_interpreter_call.completed"] = _type(
         "response.code_interpreter_call.completed"
     )
     sequence_number: int
@@ -315,7 +319,7 @@ class ResponseCodeInterpreterCallCompletedEvent:
 
 @attrs.frozen(kw_only=True)
 class ResponseCodeInterpreterCallCodeDeltaEvent:
-    type: Literal["response.code_interpreter_call_code.delta"] = _type(  # type: ignore[assignment]
+    type: Literal["response.code_interpreter_call_code.delta"] = _type(
         "response.code_interpreter_call_code.delta"
     )
     sequence_number: int
@@ -326,7 +330,7 @@ class ResponseCodeInterpreterCallCodeDeltaEvent:
 
 @attrs.frozen(kw_only=True)
 class ResponseCodeInterpreterCallCodeDoneEvent:
-    type: Literal["response.code_interpreter_call_code.done"] = _type(  # type: ignore[assignment]
+    type: Literal["response.code_interpreter_call_code.done"] = _type(
         "response.code_interpreter_call_code.done"
     )
     sequence_number: int
@@ -337,9 +341,7 @@ class ResponseCodeInterpreterCallCodeDoneEvent:
 
 @attrs.frozen(kw_only=True)
 class ResponseMcpCallArgumentsDeltaEvent:
-    type: Literal["response.mcp_call_arguments.delta"] = _type(  # type: ignore[assignment]
-        "response.mcp_call_arguments.delta"
-    )
+    type: Literal["response.mcp_call_arguments.delta"] = _type("response.mcp_call_arguments.delta")
     sequence_number: int
     item_id: str
     output_index: int
@@ -348,9 +350,7 @@ class ResponseMcpCallArgumentsDeltaEvent:
 
 @attrs.frozen(kw_only=True)
 class ResponseMcpCallArgumentsDoneEvent:
-    type: Literal["response.mcp_call_arguments.done"] = _type(  # type: ignore[assignment]
-        "response.mcp_call_arguments.done"
-    )
+    type: Literal["response.mcp_call_arguments.done"] = _type("response.mcp_call_arguments.done")
     sequence_number: int
     item_id: str
     output_index: int
@@ -359,7 +359,7 @@ class ResponseMcpCallArgumentsDoneEvent:
 
 @attrs.frozen(kw_only=True)
 class ResponseMcpCallInProgressEvent:
-    type: Literal["response.mcp_call.in_progress"] = _type("response.mcp_call.in_progress")  # type: ignore[assignment]
+    type: Literal["response.mcp_call.in_progress"] = _type("response.mcp_call.in_progress")
     sequence_number: int
     item_id: str
     output_index: int
@@ -367,7 +367,7 @@ class ResponseMcpCallInProgressEvent:
 
 @attrs.frozen(kw_only=True)
 class ResponseMcpCallCompletedEvent:
-    type: Literal["response.mcp_call.completed"] = _type("response.mcp_call.completed")  # type: ignore[assignment]
+    type: Literal["response.mcp_call.completed"] = _type("response.mcp_call.completed")
     sequence_number: int
     item_id: str
     output_index: int
@@ -375,7 +375,7 @@ class ResponseMcpCallCompletedEvent:
 
 @attrs.frozen(kw_only=True)
 class ResponseMcpCallFailedEvent:
-    type: Literal["response.mcp_call.failed"] = _type("response.mcp_call.failed")  # type: ignore[assignment]
+    type: Literal["response.mcp_call.failed"] = _type("response.mcp_call.failed")
     sequence_number: int
     item_id: str
     output_index: int
