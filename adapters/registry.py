@@ -1,10 +1,9 @@
 """Engines the server can run, by name: a token source plus the grammar for a model name.
 
-`streamfold serve --engine NAME` looks NAME up in `ENGINES`; each entry builds an `Engine` from
-the parsed command line. `replay` (the default) replays recorded traces, so the server works on
-a fresh machine with nothing else. The native and vLLM engines register here when they land:
-
-    ENGINES["vllm"] = lambda args: Engine(source=..., grammar=lambda model: harmony_grammar())
+`streamfold serve --engine NAME` and `streamfold record --engine NAME` look NAME up in
+`ENGINES`; each entry builds an `Engine` from the parsed command line (the options are defined
+in `streamfold/_options.py`). `replay` (the default for serve) replays recorded traces, so the
+server works on a fresh machine with nothing else; `native`, `vllm` and `sglang` run models.
 """
 
 from __future__ import annotations
