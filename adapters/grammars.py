@@ -1,5 +1,6 @@
-"""Replaying a trace through the reducer: the grammar its header names, and its events (through
-the driver's one chunk-to-step loop, `driver.fold`)."""
+"""Which grammar reads a token stream, in one place: the one a trace header names
+(`grammar_for`) and the one for a live model (`live_grammar`); and replaying a trace through
+the reducer (through the driver's one chunk-to-step loop, `driver.fold`)."""
 
 from __future__ import annotations
 
@@ -14,7 +15,18 @@ from streamfold.statemachine._grammar import Grammar
 
 from .driver import fold
 
-__all__ = ["grammar_for", "iter_replay", "replay_events", "response_for"]
+__all__ = ["grammar_for", "iter_replay", "live_grammar", "replay_events", "response_for"]
+
+
+def live_grammar(model: str) -> Grammar:
+    """Every model served live (vLLM, SGLang, native) is read as gpt-oss (harmony). A live
+    model offered no tools that writes a tool call anyway is hallucinating it: its message is
+    read by channel (bug 54)."""
+    from streamfold.engines.vocab import load_harmony_vocabulary
+
+    return HarmonyGrammar(
+        vocabulary=load_harmony_vocabulary(), ignore_recipients_without_tools=True
+    )
 
 
 def grammar_for(header: Mapping[str, Any], base_dir: Path | None = None) -> Grammar:

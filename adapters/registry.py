@@ -134,15 +134,9 @@ class LazySource:
 
 
 def _harmony_grammar(model: str) -> Grammar:
-    """Every model served live (vLLM, SGLang, native) is read as gpt-oss (harmony). A live
-    model offered no tools that writes a tool call anyway is hallucinating it: its message is
-    read by channel (bug 54)."""
-    from streamfold.engines.vocab import load_harmony_vocabulary
-    from streamfold.statemachine import HarmonyGrammar
+    from .grammars import live_grammar
 
-    return HarmonyGrammar(
-        vocabulary=load_harmony_vocabulary(), ignore_recipients_without_tools=True
-    )
+    return live_grammar(model)
 
 
 def _gpu_engine(name: str) -> EngineFactory:
