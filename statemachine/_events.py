@@ -383,7 +383,7 @@ class ResponseMcpCallFailedEvent:
 
 @attrs.frozen(kw_only=True)
 class ResponseMcpListToolsInProgressEvent:
-    type: Literal["response.mcp_list_tools.in_progress"] = _type(  # type: ignore[assignment]
+    type: Literal["response.mcp_list_tools.in_progress"] = _type(
         "response.mcp_list_tools.in_progress"
     )
     sequence_number: int
@@ -393,9 +393,7 @@ class ResponseMcpListToolsInProgressEvent:
 
 @attrs.frozen(kw_only=True)
 class ResponseMcpListToolsCompletedEvent:
-    type: Literal["response.mcp_list_tools.completed"] = _type(  # type: ignore[assignment]
-        "response.mcp_list_tools.completed"
-    )
+    type: Literal["response.mcp_list_tools.completed"] = _type("response.mcp_list_tools.completed")
     sequence_number: int
     item_id: str
     output_index: int
@@ -403,9 +401,7 @@ class ResponseMcpListToolsCompletedEvent:
 
 @attrs.frozen(kw_only=True)
 class ResponseMcpListToolsFailedEvent:
-    type: Literal["response.mcp_list_tools.failed"] = _type(  # type: ignore[assignment]
-        "response.mcp_list_tools.failed"
-    )
+    type: Literal["response.mcp_list_tools.failed"] = _type("response.mcp_list_tools.failed")
     sequence_number: int
     item_id: str
     output_index: int
