@@ -282,6 +282,12 @@ def _names_or(kind: type) -> Any:
     return hook
 
 
+def _object(value: Any, _: Any) -> dict[str, object]:
+    # The shared strict converter's object hook (an object, or an error naming what came).
+    result: dict[str, object] = _converter.structure(value, dict[str, object])
+    return result
+
+
 def _container(value: Any, _: Any) -> Any:
     if value is None or isinstance(value, str):
         return value
@@ -301,7 +307,7 @@ def _tool_choice(value: Any, _: Any) -> Any:
 _function_tool = make_dict_structure_fn(FunctionTool, _converter)
 _exactly(
     dict[str, object] | None,
-    lambda v, _: None if v is None else _converter.structure(v, dict[str, object]),
+    lambda v, _: None if v is None else _object(v, _),
 )
 _exactly(dict[str, str] | None, _metadata)
 _exactly(str | tuple[TextPart, ...], _text_or_parts)
