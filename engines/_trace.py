@@ -15,6 +15,10 @@ A trace that ends without its finish line was cut off; replay treats that as an 
 An agent run (a response whose server ran tools between generations) also records the loop: a
 `"server_tools"` header field, and among the chunk lines, in the order they happened, one line
 per `list_tools`, `tool_result`, `next_generation` and `approved_call` (`_trace_loop.py`).
+
+Reading is line by line, each line at most `MAX_LINE_BYTES`, and every way a file can be wrong
+(not UTF-8, not JSON, nested too deep, a wrong type, a string no UTF-8 can carry) is a
+`TraceFormatError` naming the line: a trace may come from anywhere (issue 14).
 """
 
 from __future__ import annotations
@@ -22,9 +26,9 @@ from __future__ import annotations
 import json
 import os
 import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 import attrs
 
@@ -34,6 +38,7 @@ from ._source import FINISH_REASONS, FinishReason, GenerationRequest, TokenChunk
 from ._trace_loop import LOOP_KEYS, loop_line, loop_step, server_tools_from_header
 
 __all__ = [
+    "MAX_LINE_BYTES",
     "Trace",
     "TraceFormatError",
     "dump_trace",
@@ -44,6 +49,11 @@ __all__ = [
 ]
 
 _REQUIRED = {"grammar": str, "response_id": str, "model": str, "created_at": int}
+#: The longest line a trace may have (a chunk, or a header with a long prompt): a longer one is
+#: an error rather than a memory hog (`streamfold replay /dev/zero` read 23 GB, issue 14).
+MAX_LINE_BYTES = 64 * 2**20
+#: `created_at` is a Unix time in seconds; past the year 9999 it is a mistake, not a date.
+_LAST_CREATED_AT = 253402300799
 
 
 class TraceFormatError(StreamfoldError, ValueError):
@@ -100,7 +110,34 @@ def _check_header(header: Any, where: str) -> Mapping[str, Any]:
         server_tools_from_header(header)
     except ValueError as exc:
         raise _fail(where, str(exc)) from exc
+    if not 0 <= header["created_at"] <= _LAST_CREATED_AT:
+        raise _fail(
+            where,
+            f'header field "created_at" must be a Unix time in seconds (0..{_LAST_CREATED_AT}),'
+            f" got {header['created_at']}",
+        )
+    prompt = header.get("prompt_token_ids", [])
+    if not isinstance(prompt, list) or not all(
+        isinstance(t, int) and not isinstance(t, bool) and t >= 0 for t in prompt
+    ):
+        raise _fail(
+            where, 'header field "prompt_token_ids" must be a list of non-negative integers'
+        )
+    _check_encodable(header, where, "the header")
     return header
+
+
+def _check_encodable(value: Any, where: str, what: str) -> None:
+    """Strings must be UTF-8: JSON's `\\ud800` escape makes a lone surrogate that no event,
+    file or socket can carry later."""
+    try:
+        json.dumps(value, ensure_ascii=False).encode("utf-8")
+    except UnicodeEncodeError as exc:
+        raise _fail(
+            where,
+            f"{what} holds a lone surrogate ({exc.object[exc.start : exc.end]!r}): "
+            "strings must be valid Unicode",
+        ) from None
 
 
 def _chunk(line: Any, where: str) -> TokenChunk:
@@ -148,6 +185,8 @@ def parse_trace(lines: Iterable[str], name: str = "<trace>") -> Trace:
             line = json.loads(raw)
         except json.JSONDecodeError as exc:
             raise _fail(where, f"not JSON ({exc.msg})") from exc
+        except RecursionError:
+            raise _fail(where, "JSON nested too deeply to be a trace line") from None
         if header is None:
             header = _check_header(line, where)
             continue
@@ -159,6 +198,10 @@ def parse_trace(lines: Iterable[str], name: str = "<trace>") -> Trace:
             if line["finish_reason"] not in FINISH_REASONS:
                 raise _fail(where, f'"finish_reason" must be one of {list(FINISH_REASONS)}')
             finish, error = line["finish_reason"], line.get("error")
+            if error is not None and not isinstance(error, str):
+                # It becomes response.failed's error.message, a string on the wire (R7).
+                raise _fail(where, f'"error" must be a message string, got {error!r}')
+            _check_encodable(error, where, '"error"')
             if "token_ids" in line:
                 chunks.append(_chunk(line, where))
             continue
@@ -176,13 +219,32 @@ def parse_trace(lines: Iterable[str], name: str = "<trace>") -> Trace:
     )
 
 
-def read_trace(path: str | os.PathLike[str]) -> Trace:
+def _lines(file: IO[bytes], name: str, max_line_bytes: int) -> Iterator[str]:
+    """The file's lines as text, one at a time, none longer than `max_line_bytes`."""
+    lineno = 0
+    while raw := file.readline(max_line_bytes + 1):
+        lineno += 1
+        if len(raw) > max_line_bytes and not raw.endswith(b"\n"):
+            raise _fail(
+                f"{name}:{lineno}",
+                f"line longer than {max_line_bytes} bytes; a trace line is one JSON object",
+            )
+        try:
+            yield raw.decode("utf-8")
+        except UnicodeDecodeError as exc:
+            raise _fail(
+                f"{name}:{lineno}", f"not UTF-8 ({exc.reason} at byte {exc.start} of the line)"
+            ) from None
+
+
+def read_trace(path: str | os.PathLike[str], *, max_line_bytes: int = MAX_LINE_BYTES) -> Trace:
+    """Read the trace file at `path`, line by line (see the module doc)."""
     path = Path(path)
     try:
-        text = path.read_text(encoding="utf-8")
+        with path.open("rb") as file:
+            return parse_trace(_lines(file, str(path), max_line_bytes), name=str(path))
     except OSError as exc:
-        raise TraceFormatError(f"cannot read trace {path}: {exc.strerror}") from exc
-    return parse_trace(text.splitlines(), name=str(path))
+        raise TraceFormatError(f"cannot read trace {path}: {exc.strerror or exc}") from exc
 
 
 def dump_trace(

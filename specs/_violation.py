@@ -62,6 +62,16 @@ class Violation:
         return RULES.get(self.rule, "")
 
 
+def _untyped(v: Violation, event_count: int | None) -> str:
+    """Where a violation without an event type is: the end, a sentinel, or a typeless event."""
+    if v.rule == "R25":
+        return " data: [DONE]"
+    if v.rule == "R6":
+        ended = event_count is None or v.position >= event_count
+        return " (end of stream)" if ended else " (after the terminal event)"
+    return " (event without a type)"
+
+
 def format_report(violations: Sequence[Violation], *, event_count: int | None = None) -> str:
     """A human-readable report: one block per violation, in stream order, then a summary."""
     counted = f"{event_count} events" if event_count is not None else "the stream"
@@ -72,7 +82,7 @@ def format_report(violations: Sequence[Violation], *, event_count: int | None = 
         where = f"#{v.position}"
         if v.sequence_number is not None:
             where += f" seq={v.sequence_number}"
-        where += f" {v.event_type}" if v.event_type is not None else " (end of stream)"
+        where += f" {v.event_type}" if v.event_type is not None else _untyped(v, event_count)
         lines.append(f"{where}  [{v.rule}: {v.rule_title}]")
         lines.append(f"    {v.message}")
     by_rule: dict[str, int] = {}

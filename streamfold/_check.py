@@ -20,7 +20,7 @@ from typing import Any
 
 import attrs
 
-from streamfold.specs._reading import UnreadableStreamError, check_bytes
+from streamfold.specs._reading import MAX_LINE_BYTES, UnreadableStreamError, check_file
 from streamfold.specs._violation import RULES, format_report
 
 __all__ = ["add_check_parser", "main", "run_check"]
@@ -54,37 +54,50 @@ def _add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="the recorded stream (SSE or JSON lines); '-' or none: stdin")
     parser.add_argument("--format", choices=("text", "json"), default="text",
                         help="report as readable text (default) or as one JSON object")
+    parser.add_argument("--max-line-mib", type=int, default=MAX_LINE_BYTES // 2**20, metavar="N",
+                        help="refuse a line longer than N MiB (default %(default)s); the input "
+                             "is read line by line, so its length has no limit")
 
 
 def run_check(args: argparse.Namespace) -> int:
     """Run `streamfold check` with parsed `args`; return the exit status."""
     name = "<stdin>" if args.file == "-" else args.file
+    limit = args.max_line_mib * 2**20
     try:
         if args.file == "-":
-            data = sys.stdin.buffer.read()
+            if sys.stdin.isatty():
+                print("streamfold check: reading a stream from stdin (end it with Ctrl-D); "
+                      "or give the FILE to check", file=sys.stderr)
+            reading, violations = check_file(sys.stdin.buffer, max_line_bytes=limit)
         else:
             with open(args.file, "rb") as f:
-                data = f.read()
-        reading, violations = check_bytes(data)
-    except (OSError, UnreadableStreamError) as exc:
+                reading, violations = check_file(f, max_line_bytes=limit)
+    except OSError as exc:
         print(f"streamfold check: {name}: cannot read a stream: {exc}", file=sys.stderr)
+        return EXIT_UNREADABLE
+    except UnreadableStreamError as exc:
+        print(f"streamfold check: {name}: {exc}", file=sys.stderr)
+        return EXIT_UNREADABLE
+    except RecursionError:
+        print(f"streamfold check: {name}: an event is nested too deeply to check",
+              file=sys.stderr)
         return EXIT_UNREADABLE
     if args.format == "json":
         print(json.dumps({
             "file": name,
             "framing": reading.framing,
-            "events": len(reading.events),
+            "events": reading.event_count,
             "truncated": reading.truncated,
             "conformant": not violations,
             "violations": [{**attrs.asdict(v), "rule_title": RULES.get(v.rule, "")}
                            for v in violations],
         }))
     else:
-        print(f"{name}: {len(reading.events)} events read as {reading.framing}")
+        print(f"{name}: {reading.event_count} events read as {reading.framing}")
         if reading.truncated:
             print("note: the input ends inside an SSE event (no closing blank line); that "
                   "event was dropped, as SSE clients drop it")
-        print(format_report(violations, event_count=len(reading.events)), end="")
+        print(format_report(violations, event_count=reading.event_count), end="")
     return EXIT_VIOLATIONS if violations else EXIT_CONFORMANT
 
 
