@@ -183,8 +183,11 @@ def native_engine(args: argparse.Namespace) -> Engine:
             "--engine native needs --model DIR (a gpt-oss checkpoint; `streamfold init-model "
             "DIR` writes a small random one)"
         )
-    if importlib.util.find_spec("torch") is None:
-        raise EngineSetupError("--engine native needs torch: pip install 'streamfold[torch]'")
+    from streamfold.engines._extras import missing_torch_extra
+
+    missing = missing_torch_extra("--engine native")
+    if missing:
+        raise EngineSetupError(missing)
     engine = build_native_engine(model, **native_engine_options(args))
     return Engine(source=engine, grammar=_harmony_grammar, warm_up=engine.warm_up)
 

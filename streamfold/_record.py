@@ -16,7 +16,7 @@ import argparse
 import sys
 import time
 import uuid
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
@@ -78,14 +78,44 @@ def _prompt_ids(args: argparse.Namespace) -> tuple[int, ...]:
     return render_prompt(parse_create_request(body))
 
 
+class _Progress:
+    """A token source that shows on the terminal how many tokens went by: a long recording
+    (17 s for 2000 tokens on a CPU) was otherwise silent (issue 19)."""
+
+    def __init__(self, source: Any, limit: int) -> None:
+        self._source, self._limit = source, limit
+
+    def generate(self, request: Any) -> AsyncIterator[Any]:
+        return self._counted(self._source.generate(request))
+
+    async def _counted(self, stream: AsyncIterator[Any]) -> AsyncIterator[Any]:
+        count, shown = 0, 0.0
+        try:
+            async for chunk in stream:
+                count += len(chunk.token_ids)
+                if time.monotonic() - shown >= 0.5:
+                    shown = time.monotonic()
+                    print(f"\rrecording: {count}/{self._limit} tokens", end="", file=sys.stderr)
+                yield chunk
+        finally:
+            aclose = getattr(stream, "aclose", None)
+            if aclose is not None:
+                await aclose()
+            if shown:
+                print(f"\rrecording: {count} tokens", file=sys.stderr)
+
+
 async def _record(args: argparse.Namespace, run: Callable[[Any], Awaitable[str]]) -> str:
     """`run(source)` on the engine the arguments name: the engines `serve` runs, built the same
     way (vLLM's inside this running loop, as its AsyncLLM binds its output handler to it)."""
     from streamfold.adapters.registry import ENGINES
 
+    def shown(source: Any) -> Any:
+        return _Progress(source, args.max_output_tokens) if sys.stderr.isatty() else source
+
     source = ENGINES[args.engine](args).source
     try:
-        return await run(source)
+        return await run(shown(source))
     finally:
         close = getattr(source, "close", None)
         if callable(close):
@@ -154,6 +184,13 @@ def run_record(args: argparse.Namespace) -> int:
     from streamfold.engines import GenerationRequest, SamplingParams
     from streamfold.statemachine import StreamfoldError
 
+    if args.engine == "native":
+        from streamfold.engines._extras import missing_torch_extra
+
+        missing = missing_torch_extra("record --engine native")
+        if missing:
+            print(f"streamfold record: {missing}", file=sys.stderr)
+            return 2
     try:
         prompt = _prompt_ids(args)
         from streamfold.adapters.server.prompt import stop_token_ids

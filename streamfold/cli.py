@@ -4,6 +4,7 @@ only wires them, and imports heavy parts (torch, the server) only for the comman
 from __future__ import annotations
 
 import argparse
+import logging
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -16,7 +17,8 @@ def _add_replay(subparsers: argparse._SubParsersAction[argparse.ArgumentParser])
         "replay",
         help="replay a recorded trace through the reducer and print its events",
         description="Replay a trace (JSON lines: header, token chunks, finish_reason) and "
-        "print the Responses events it gives.",
+        "print the Responses events it gives. The traces that ship with streamfold, one per bug "
+        f"class of the peers, are in {_bundled_traces()} (e.g. weather_call.jsonl).",
     )
     p.add_argument("trace", help="trace file (.jsonl)")
     p.add_argument(
@@ -50,11 +52,20 @@ def _run_replay(args: argparse.Namespace) -> int:
     return 0
 
 
+def _bundled_traces() -> Path:
+    import streamfold.specs
+
+    return Path(streamfold.specs.__file__).parent / "traces"
+
+
 def _parser() -> argparse.ArgumentParser:
+    from streamfold import __version__
+
     parser = argparse.ArgumentParser(
         prog="streamfold",
         description="Turn an LLM token stream into a correct OpenAI Responses event stream.",
     )
+    parser.add_argument("--version", action="version", version=f"streamfold {__version__}")
     subparsers = parser.add_subparsers(dest="command", required=True)
     try:
         from streamfold._check import add_check_parser
@@ -73,8 +84,21 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _show_progress() -> None:
+    """On a terminal, say what takes a moment (the first vocabulary unpack, ...)."""
+    if not sys.stderr.isatty():
+        return
+    handler = logging.StreamHandler()
+    handler.setFormatter(logging.Formatter("streamfold: %(message)s"))
+    progress = logging.getLogger("streamfold.progress")
+    progress.addHandler(handler)
+    progress.setLevel(logging.INFO)
+    progress.propagate = False
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
+    _show_progress()
     try:
         return int(args.run(args))
     except BrokenPipeError:

@@ -3,11 +3,18 @@
 The vocabulary is gpt-oss's full 201088 so every harmony token id is valid; everything else is
 small, so the checkpoint is tens of MB (bf16) and a CPU step takes milliseconds. The output is
 noise with harmony-shaped ids, which is what end-to-end tests of the pipeline need.
+
+The checkpoint is written into a temporary directory beside `model_dir` and renamed into place
+when complete, so a failure or a kill never leaves half a checkpoint (a lone `config.json`
+that the engine then refuses, issue 19). Files get the usual `0644`-under-umask modes.
 """
 
 from __future__ import annotations
 
 import json
+import os
+import shutil
+import tempfile
 from pathlib import Path
 from typing import Literal
 
@@ -16,7 +23,9 @@ import torch
 from ..core import GPT_OSS_STOP_TOKEN_IDS
 from .mxfp4 import quantize_mxfp4
 
-__all__ = ["init_model"]
+__all__ = ["CHECKPOINT_FILES", "init_model"]
+
+CHECKPOINT_FILES = ("config.json", "generation_config.json", "model.safetensors")
 
 
 def init_model(
@@ -41,11 +50,9 @@ def init_model(
     from safetensors.torch import save_file
 
     root = Path(model_dir)
-    if (root / "config.json").exists() and not overwrite:
-        raise FileExistsError(f"{root / 'config.json'} exists; pass overwrite=True (--force)")
+    _check_target(root, overwrite)
     if mxfp4 and (hidden_size % 32 or intermediate_size % 32):
         raise ValueError("MXFP4 experts need hidden_size and intermediate_size multiples of 32")
-    root.mkdir(parents=True, exist_ok=True)
     gen = torch.Generator().manual_seed(seed)
     store = getattr(torch, dtype)
 
@@ -114,9 +121,55 @@ def init_model(
     }  # fmt: skip
     if mxfp4:
         config["quantization_config"] = {"quant_method": "mxfp4"}
-    (root / "config.json").write_text(json.dumps(config, indent=2) + "\n")
     generation = {"bos_token_id": 199998, "eos_token_id": list(GPT_OSS_STOP_TOKEN_IDS),
                   "pad_token_id": 199999}  # fmt: skip
-    (root / "generation_config.json").write_text(json.dumps(generation, indent=2) + "\n")
-    save_file(t, str(root / "model.safetensors"), metadata={"format": "pt"})
+    root.parent.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(dir=root.parent, prefix=f".{root.name}.partial-"))
+    try:
+        (staging / "config.json").write_text(json.dumps(config, indent=2) + "\n")
+        (staging / "generation_config.json").write_text(json.dumps(generation, indent=2) + "\n")
+        save_file(t, str(staging / "model.safetensors"), metadata={"format": "pt"})
+        _publish(staging, root)
+    except BaseException:
+        shutil.rmtree(staging, ignore_errors=True)
+        raise
     return root
+
+
+def _check_target(root: Path, overwrite: bool) -> None:
+    """Refuse to write over anything but an empty directory or (with `overwrite`) a checkpoint
+    this function wrote."""
+    if not root.exists():
+        return
+    if not root.is_dir():
+        raise FileExistsError(f"{root} exists and is not a directory")
+    present = sorted(p.name for p in root.iterdir())
+    if not present:
+        return
+    if not overwrite:
+        raise FileExistsError(
+            f"{root} is not empty ({', '.join(present)}); pass --force "
+            "(overwrite=True) to replace the checkpoint in it"
+        )
+    others = [name for name in present if name not in CHECKPOINT_FILES]
+    if others:
+        raise FileExistsError(
+            f"{root} holds files that are not a random checkpoint's "
+            f"({', '.join(others)}); choose an empty directory"
+        )
+
+
+def _publish(staging: Path, root: Path) -> None:
+    """Give the files their usual modes, then rename the staging directory to `root`."""
+    umask = os.umask(0)
+    os.umask(umask)
+    for path in staging.iterdir():
+        path.chmod(0o666 & ~umask)
+    staging.chmod(0o777 & ~umask)  # mkdtemp made it 0700
+    if root.exists() and any(root.iterdir()):  # an old checkpoint, replaced (checked above)
+        old = Path(tempfile.mkdtemp(dir=root.parent, prefix=f".{root.name}.old-"))
+        root.rename(old / root.name)
+        staging.rename(root)
+        shutil.rmtree(old)
+    else:
+        staging.replace(root)  # a new or an empty directory
