@@ -1,0 +1,147 @@
+"""The built wheel, installed in a fresh virtual environment outside the source tree (issue 19).
+
+Invariant: a wheel built from this checkout, installed alone into a new venv and run from an
+empty directory with an empty HOME, answers `--version`, replays a bundled trace into a stream
+the checker accepts, and runs the native engine end to end (`init-model`, `record --engine
+native`, replay, check) with the torch extra's packages. The wheel ships the compiled hot path,
+the bundled traces and the LICENSE, and no C sources.
+
+No large download: the wheel is installed with `--no-deps --no-index`; its dependencies (torch
+among them) come from this test's own environment, put on the new venv's path behind the wheel
+(a `.pth` line), so the wheel's own `streamfold` is the one that runs (asserted). Only building
+the wheel may fetch setuptools into pip's isolated build environment, as any `pip install` does.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import site
+import subprocess
+import sys
+import sysconfig
+import venv
+import zipfile
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture(scope="module")
+def wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    source = tmp_path_factory.mktemp("source")
+    tracked = subprocess.run(
+        ["git", "ls-files", "-co", "--exclude-standard"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.splitlines()
+    for name in tracked:
+        path = ROOT / name
+        if path.is_file():
+            (source / name).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(path, source / name)
+    out = tmp_path_factory.mktemp("dist")
+    # pip builds it as a user's `pip install` would: in an isolated build environment with the
+    # setuptools pyproject.toml asks for (from pip's cache or the package index).
+    subprocess.run(
+        [sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "-w", str(out), str(source)],
+        check=True,
+        capture_output=True,
+        timeout=600,
+    )
+    (built,) = out.glob("streamfold-*.whl")
+    return built
+
+
+@pytest.fixture(scope="module")
+def fresh(wheel: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    env_dir = tmp_path_factory.mktemp("venv")
+    venv.EnvBuilder(with_pip=False).create(env_dir)
+    python = env_dir / "bin" / "python"
+    subprocess.run(
+        [sys.executable, "-m", "pip", "--python", str(python), "install", "-q", "--no-deps",
+         "--no-index", str(wheel)],
+        check=True,
+        timeout=600,
+    )  # fmt: skip
+    purelib = subprocess.run(
+        [str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.strip()
+    # The dependencies, behind the wheel: this environment's site directories.
+    ours = {sysconfig.get_paths()["purelib"], *site.getsitepackages()}
+    with open(Path(purelib) / "_test_dependencies.pth", "w") as pth:
+        for directory in sorted(ours):
+            pth.write(directory + "\n")
+            for extra in Path(directory).glob("_shared_*.pth"):  # a venv reusing another's
+                pth.write(extra.read_text())
+    return env_dir
+
+
+def _run(fresh: Path, tmp_path: Path, *command: str) -> subprocess.CompletedProcess[str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("STREAMFOLD_", "TIKTOKEN"))}
+    env.update(HOME=str(tmp_path / "home"), XDG_CACHE_HOME=str(tmp_path / "cache"))
+    env["PATH"] = f"{fresh / 'bin'}{os.pathsep}{env.get('PATH', '')}"
+    env.pop("PYTHONPATH", None)
+    (tmp_path / "home").mkdir(exist_ok=True)
+    return subprocess.run(
+        ["bash", "-euo", "pipefail", "-c", " ".join(command)],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+
+
+def test_the_wheel_ships_what_runs_and_nothing_else(wheel: Path) -> None:
+    names = zipfile.ZipFile(wheel).namelist()
+    compiled = "streamfold/statemachine/_speedups"
+    assert any(n.startswith(compiled) and n.endswith(".so") for n in names)
+    assert "streamfold/specs/traces/weather_call.jsonl" in names
+    assert any(n.endswith("licenses/LICENSE") for n in names)
+    assert not [n for n in names if n.endswith((".c", ".h"))]
+    assert not [n for n in names if n.startswith("tests/")]
+
+
+def test_version_and_replay_of_a_bundled_trace(fresh: Path, tmp_path: Path) -> None:
+    done = _run(
+        fresh,
+        tmp_path,
+        "streamfold --version &&",
+        "python -c 'import streamfold, streamfold.statemachine as s;"
+        " print(streamfold.__file__, s._accel.ACCELERATED)' &&",
+        'traces=$(python -c "import streamfold.specs, pathlib;'
+        " print(pathlib.Path(streamfold.specs.__file__).parent / 'traces')\") &&",
+        'streamfold replay "$traces/weather_call.jsonl" --format sse | streamfold check -',
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    lines = done.stdout.splitlines()
+    assert lines[0] == "streamfold 0.1.0"
+    where, accelerated = lines[1].split()
+    assert where.startswith(str(fresh)), "the wheel's streamfold must be the one that runs"
+    assert accelerated == "True"
+    assert "conformant" in done.stdout and "NOT" not in done.stdout
+
+
+def test_init_model_and_record_with_the_native_engine(fresh: Path, tmp_path: Path) -> None:
+    pytest.importorskip("torch")
+    pytest.importorskip("safetensors")
+    done = _run(
+        fresh,
+        tmp_path,
+        "streamfold init-model tiny --layers 1 &&",
+        "streamfold record --engine native --model tiny --prompt 'Say hi' --temperature 0",
+        "--max-output-tokens 8 -o hi.jsonl &&",
+        "streamfold replay hi.jsonl --format sse | streamfold check -",
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert (tmp_path / "tiny" / "model.safetensors").is_file()
+    assert "conformant" in done.stdout and "NOT" not in done.stdout
