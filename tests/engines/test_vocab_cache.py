@@ -54,7 +54,7 @@ def test_cold_then_warm_equal_the_source(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, fresh: Vocabulary
 ) -> None:
     cold = _load(tmp_path, monkeypatch)
-    assert (tmp_path / HARMONY).is_file()
+    assert (tmp_path / "encodings" / HARMONY).is_file()  # $STREAMFOLD_CACHE_DIR/encodings
     warm = _load(tmp_path, monkeypatch)
     assert _same(cold, fresh) and _same(warm, fresh)
     assert warm.text_bytes == fresh.text_bytes and warm.special_ids == fresh.special_ids
@@ -68,7 +68,7 @@ def test_a_damaged_or_stale_cache_is_rebuilt(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, fresh: Vocabulary, damage: str
 ) -> None:
     _load(tmp_path, monkeypatch)
-    path = tmp_path / HARMONY
+    path = tmp_path / "encodings" / HARMONY
     data = path.read_bytes()
     if damage == "truncated":
         data = data[: len(data) - 1000]
@@ -89,7 +89,7 @@ def test_a_damaged_or_stale_cache_is_rebuilt(
 
 def _key() -> dict[str, object]:
     return {
-        "format": 1,
+        "format": 2,
         "name": "o200k_harmony",
         "source_sha256": vocab.O200K_BASE_SHA256,
         "stamp": vocab._harmony_stamp(),
@@ -113,8 +113,9 @@ def test_concurrent_first_runs_all_get_the_whole_table(tmp_path: Path, fresh: Vo
     outputs = [p.communicate(timeout=300)[0].split() for p in procs]
     assert all(p.returncode == 0 for p in procs)
     assert {digest for digest, _ in outputs} == {_digest(fresh)}
-    assert sorted(os.listdir(tmp_path)).count(HARMONY) == 1
-    assert not [name for name in os.listdir(tmp_path) if name.startswith(".")]  # no temp left
+    encodings = tmp_path / "encodings"
+    assert sorted(os.listdir(encodings)).count(HARMONY) == 1
+    assert not [name for name in os.listdir(encodings) if name.startswith(".")]  # no temp left
     # A warm start reads the cache and never loads openai-harmony's encoding (~1 s of start-up).
     warm = subprocess.run(
         [sys.executable, "-c", _CHILD], env=env, capture_output=True, text=True, check=True
