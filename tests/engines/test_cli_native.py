@@ -38,15 +38,18 @@ def tiny_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return root
 
 
-def test_init_model_writes_a_harmony_sized_checkpoint_of_tens_of_mb(tiny_dir: Path) -> None:
+def test_init_model_writes_a_harmony_sized_checkpoint_of_tens_of_mb(
+    tiny_dir: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     config = load_config(tiny_dir)
     assert config.vocab_size == 201088
     size = (tiny_dir / "model.safetensors").stat().st_size
     assert 1e6 < size < 60e6
-    with pytest.raises(FileExistsError, match="--force"):
-        run_init_model(argparse.Namespace(model_dir=str(tiny_dir), hidden_size=32, layers=2,
-                                          experts=4, seed=0, dtype="bfloat16", mxfp4=False,
-                                          force=False))  # fmt: skip
+    # Over an existing checkpoint: a one-line error naming --force, not a traceback (issue 19).
+    assert run_init_model(argparse.Namespace(model_dir=str(tiny_dir), hidden_size=32, layers=2,
+                                             experts=4, seed=0, dtype="bfloat16", mxfp4=False,
+                                             force=False)) == 2  # fmt: skip
+    assert "--force" in capsys.readouterr().err
 
 
 def _record(model_dir: Path, path: Path, request: GenerationRequest, **options: object) -> str:
