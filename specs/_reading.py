@@ -240,10 +240,13 @@ def _json_lines(text: str) -> list[Any] | None:
     pos, end = len(text) - len(text.lstrip(" \t\r\n")), len(text)
     between = _BETWEEN.match
     while pos < end:
+        start = pos
         try:
             value, pos = _SCAN(text, pos)
         except (StopIteration, ValueError, RecursionError):  # the slow path says why
             return None
+        if text.find("\n", start, pos) >= 0 or text.find("\r", start, pos) >= 0:
+            return None  # a value over several lines is not JSON lines: the slow path says so
         events.append(value)
         gap = between(text, pos)
         if gap is None:
