@@ -1,9 +1,10 @@
-"""Stream throughput and time to first event of `streamfold serve` on loopback.
+"""Stream throughput and time to first event of `streamfold serve` on loopback, against a
+vLLM-style server in the same run.
 
-Starts the real server (uvicorn, replay engine, no per-chunk delay) in a subprocess on
-127.0.0.1, so the load generator does not share its interpreter, then runs `--streams`
-`stream: true` requests, N at a time, from a minimal raw-socket HTTP client and reports, per
-concurrency level N:
+Starts each contender server (replay engine, no per-chunk delay) in a subprocess on 127.0.0.1,
+so the load generator does not share its interpreter, then runs `--streams` `stream: true`
+requests, N at a time, from a minimal raw-socket HTTP client and reports, per contender and
+concurrency level N (rounds interleaved: every contender once per round):
 
 - streams/s and events/s over the whole run (wall clock, all streams),
 - time to first event (TTFE: request sent -> first `response.created` bytes), p50 and p99,
@@ -12,10 +13,15 @@ concurrency level N:
   moves far less than the wall-clock numbers when other work shares the machine.
 
 The trace is a harmony answer of `--tokens` text tokens, one token per chunk (the worst case
-for per-chunk overhead). Run from the repository root:
+for per-chunk overhead). Contenders are named `SERVER[:HTTP[:LOOP]]`: SERVER `streamfold` (the
+app `streamfold serve` runs, with `--store`) or `peer` (`vllm_peer_server.py`: Starlette, the
+openai SDK's pydantic events, `model_dump_json` per event, one body write per event); HTTP
+`h11` or `httptools` (uvicorn's parsers); LOOP `asyncio` or `uvloop`. A bare name runs the
+stack `streamfold serve` uses. vLLM itself runs uvicorn with httptools and uvloop. Run from the
+repository root:
 
-    python benchmarks/bench_server.py [--concurrency 1 10 50 200] [--streams 400]
-        [--tokens 100] [--store sqlite|memory]
+    python benchmarks/bench_server.py [--concurrency 10 200] [--streams 400] [--rounds 2]
+        [--tokens 100] [--store sqlite|memory] [--contenders streamfold peer:httptools:uvloop]
 """
 
 from __future__ import annotations
@@ -30,6 +36,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 import anyio
 import httpx
@@ -62,21 +69,37 @@ def write_trace(directory: Path, tokens: int) -> None:
 def serve(args: argparse.Namespace) -> None:
     import uvicorn
 
-    from streamfold.adapters.registry import ReplayEngine
-    from streamfold.adapters.server import MemoryEventStore, SQLiteEventStore, create_app
+    server, http, loop = args.serve.split(":")
+    if server == "peer":
+        sys.path.insert(0, str(Path(__file__).resolve().parent))
+        from vllm_peer_server import create_peer_app
 
-    store = MemoryEventStore() if args.store == "memory" else SQLiteEventStore(args.store_path)
-    app = create_app(ReplayEngine(args.traces).engine(), store=store)
-    uvicorn.run(app, host="127.0.0.1", port=args.port, log_level="warning", access_log=False)
+        app: Any = create_peer_app(args.traces / "bench.jsonl")
+    else:
+        from streamfold.adapters.registry import ReplayEngine
+        from streamfold.adapters.server import MemoryEventStore, SQLiteEventStore, create_app
+
+        store = MemoryEventStore() if args.store == "memory" else SQLiteEventStore(args.store_path)
+        app = create_app(ReplayEngine(args.traces).engine(), store=store)
+    uvicorn.run(
+        app,
+        host="127.0.0.1",
+        port=args.port,
+        log_level="warning",
+        access_log=False,
+        **({} if http == "default" else {"http": http}),
+        **({} if loop == "default" else {"loop": loop}),
+    )
 
 
-def cpu_seconds(pid: int) -> float:
-    """User + system CPU time of a process (Linux /proc), or NaN elsewhere."""
+def cpu_seconds(pid: int) -> tuple[float, float]:
+    """User and system CPU time of a process (Linux /proc), or NaN elsewhere."""
     try:
         fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
     except OSError:
-        return float("nan")
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+        return float("nan"), float("nan")
+    tick = os.sysconf("SC_CLK_TCK")
+    return int(fields[11]) / tick, int(fields[12]) / tick
 
 
 def free_port() -> int:
@@ -123,7 +146,9 @@ async def run_level(port: int, concurrency: int, streams: int, pid: int) -> dict
     async with anyio.create_task_group() as tg:
         for _ in range(streams):
             tg.start_soon(bounded)
-    wall, cpu = time.perf_counter() - t0, cpu_seconds(pid) - cpu0
+    cpu1 = cpu_seconds(pid)
+    wall, user, system = time.perf_counter() - t0, cpu1[0] - cpu0[0], cpu1[1] - cpu0[1]
+    events = sum(r[2] for r in results)
     firsts = sorted(r[0] for r in results)
     return {
         "concurrency": concurrency,
@@ -135,18 +160,46 @@ async def run_level(port: int, concurrency: int, streams: int, pid: int) -> dict
         "ttfe_p50_ms": 1e3 * statistics.median(firsts),
         "ttfe_p99_ms": 1e3 * firsts[min(len(firsts) - 1, int(0.99 * len(firsts)))],
         "stream_p50_ms": 1e3 * statistics.median(r[1] for r in results),
-        "server_cpu_us_per_event": 1e6 * cpu / sum(r[2] for r in results),
+        "server_cpu_us_per_event": 1e6 * (user + system) / events,
+        "server_sys_share": system / (user + system) if user + system else float("nan"),
     }
+
+
+def start_server(
+    contender: str, traces: Path, store: str, index: int
+) -> tuple[subprocess.Popen[bytes], int]:
+    server, http, loop = [*contender.split(":"), "default", "default"][:3]
+    if server not in ("streamfold", "peer"):
+        raise SystemExit(f"unknown contender {contender!r}: streamfold or peer[:HTTP[:LOOP]]")
+    port = free_port()
+    command = [
+        sys.executable, __file__, "--serve", f"{server}:{http}:{loop}", "--traces", str(traces),
+        "--port", str(port), "--store", store,
+        "--store-path", str(traces / f"bench{index}.sqlite3"),
+    ]  # fmt: skip
+    proc = subprocess.Popen(command, cwd=ROOT, env=dict(os.environ))
+    deadline = time.monotonic() + 60
+    while True:
+        try:
+            httpx.get(f"http://127.0.0.1:{port}/v1/responses/resp_none", timeout=1)
+            return proc, port
+        except httpx.TransportError:
+            if time.monotonic() > deadline or proc.poll() is not None:
+                proc.kill()
+                raise SystemExit(f"{contender} did not start") from None
+            time.sleep(0.1)
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--concurrency", type=int, nargs="+", default=[1, 10, 50, 200])
+    parser.add_argument("--concurrency", type=int, nargs="+", default=[10, 200])
     parser.add_argument("--streams", type=int, default=400, help="streams per level")
     parser.add_argument("--tokens", type=int, default=100, help="text tokens per stream")
     parser.add_argument("--store", choices=("sqlite", "memory"), default="sqlite")
-    parser.add_argument("--json", action="store_true", help="print one JSON line per level")
-    parser.add_argument("--serve", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--rounds", type=int, default=2, help="interleaved rounds per level")
+    parser.add_argument("--contenders", nargs="+", default=["streamfold", "peer:httptools:uvloop"])
+    parser.add_argument("--json", action="store_true", help="print one JSON line per run")
+    parser.add_argument("--serve", help=argparse.SUPPRESS)
     parser.add_argument("--traces", type=Path, help=argparse.SUPPRESS)
     parser.add_argument("--port", type=int, help=argparse.SUPPRESS)
     parser.add_argument("--store-path", type=Path, help=argparse.SUPPRESS)
@@ -157,43 +210,66 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         traces = Path(tmp)
         write_trace(traces, args.tokens)
-        port = free_port()
-        command = [
-            sys.executable, __file__, "--serve", "--traces", str(traces), "--port", str(port),
-            "--store", args.store, "--store-path", str(traces / "bench.sqlite3"),
-        ]  # fmt: skip
-        server = subprocess.Popen(command, cwd=ROOT, env=dict(os.environ))
+        servers: dict[str, tuple[subprocess.Popen[bytes], int]] = {}
         try:
-            url = f"http://127.0.0.1:{port}"
-            deadline = time.monotonic() + 30
-            while True:
-                try:
-                    httpx.get(f"{url}/v1/responses/resp_none", timeout=1)
-                    break
-                except httpx.TransportError:
-                    if time.monotonic() > deadline or server.poll() is not None:
-                        raise SystemExit("the server did not start") from None
-                    time.sleep(0.1)
+            for i, name in enumerate(args.contenders):
+                servers[name] = start_server(name, traces, args.store, i)
             load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
             print(
-                f"streamfold serve, replay engine, {args.tokens}-token answers one token per "
-                f"chunk, {args.store} event log, {os.cpu_count()} CPUs, load average {load:.1f}"
+                f"{args.tokens}-token answers one token per chunk, streamfold with a "
+                f"{args.store} event log, {args.rounds} interleaved rounds, {os.cpu_count()} "
+                f"CPUs shared with other work (load average {load:.1f}): compare within a run"
             )
             for level in args.concurrency:
-                row = anyio.run(run_level, port, level, max(args.streams, level), server.pid)
-                if args.json:
-                    print(json.dumps(row))
-                else:
-                    print(
-                        f"concurrency {level:4d}: {row['streams_per_s']:7.1f} streams/s "
-                        f"{row['events_per_s']:9.0f} events/s  TTFE p50 "
-                        f"{row['ttfe_p50_ms']:7.1f} ms p99 {row['ttfe_p99_ms']:7.1f} ms  "
-                        f"stream p50 {row['stream_p50_ms']:7.1f} ms  server CPU "
-                        f"{row['server_cpu_us_per_event']:5.0f} us/event"
-                    )
+                rows: dict[str, list[dict[str, float]]] = {name: [] for name in servers}
+                for _ in range(args.rounds):
+                    for name, (proc, port) in servers.items():
+                        streams = max(args.streams, level)
+                        row = anyio.run(run_level, port, level, streams, proc.pid)
+                        rows[name].append(row)
+                        if args.json:
+                            print(json.dumps({"contender": name, **row}))
+                report(level, rows)
         finally:
-            server.terminate()
-            server.wait(timeout=10)
+            for proc, _ in servers.values():
+                proc.terminate()
+                proc.wait(timeout=10)
+
+
+def report(level: int, rows: dict[str, list[dict[str, float]]]) -> None:
+    def span(name: str, key: str, fmt: str) -> str:
+        values = [row[key] for row in rows[name]]
+        return f"{min(values):{fmt}}–{max(values):{fmt}}"
+
+    print(f"\nconcurrency {level}:")
+    print(
+        "| server | events/s | server CPU µs/event (kernel share) | TTFE p50 ms | TTFE p99 ms "
+        "| stream p50 ms |"
+    )
+    print("|---|---|---|---|---|---|")
+    for name in rows:
+        print(
+            f"| {name} | {span(name, 'events_per_s', '.0f')} | "
+            f"{span(name, 'server_cpu_us_per_event', '.1f')} "
+            f"({span(name, 'server_sys_share', '.0%')}) | {span(name, 'ttfe_p50_ms', '.1f')} "
+            f"| {span(name, 'ttfe_p99_ms', '.1f')} | {span(name, 'stream_p50_ms', '.1f')} |"
+        )
+    peers = [name for name in rows if name.startswith("peer")]
+    for ours in (name for name in rows if name.startswith("streamfold")):
+        for peer in peers:
+            # Same-round pairs: the load of the machine moves both alike.
+            speed = [
+                a["events_per_s"] / b["events_per_s"]
+                for a, b in zip(rows[ours], rows[peer], strict=True)
+            ]
+            cpu = [
+                b["server_cpu_us_per_event"] / a["server_cpu_us_per_event"]
+                for a, b in zip(rows[ours], rows[peer], strict=True)
+            ]
+            print(
+                f"- {ours} vs {peer}: {min(speed):.2f}–{max(speed):.2f}× the events/s "
+                f"(target ≥ 3×), {min(cpu):.2f}–{max(cpu):.2f}× less server CPU per event"
+            )
 
 
 if __name__ == "__main__":
