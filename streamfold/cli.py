@@ -33,16 +33,25 @@ def _add_replay(subparsers: argparse._SubParsersAction[argparse.ArgumentParser])
 def _run_replay(args: argparse.Namespace) -> int:
     from streamfold.adapters.grammars import iter_replay
     from streamfold.engines import TraceFormatError, read_trace
-    from streamfold.statemachine import StreamfoldError, dumps, sse_event
+    from streamfold.statemachine import Event, StreamfoldError, dumps, sse_event
+
+    def json_line(event: Event) -> bytes:
+        return dumps(event).encode() + b"\n"
 
     try:
         trace = read_trace(args.trace)
-        out = sys.stdout
-        for event in iter_replay(trace, base_dir=Path(args.trace).parent):
-            if args.format == "sse":
-                out.write(sse_event(event).decode())
-            else:
-                out.write(dumps(event) + "\n")
+        frame = sse_event if args.format == "sse" else json_line
+        sys.stdout.flush()
+        out = sys.stdout.buffer  # bytes, written in blocks: one text write per event was slow
+        block: list[bytes] = []
+        try:
+            for event in iter_replay(trace, base_dir=Path(args.trace).parent):
+                block.append(frame(event))
+                if len(block) >= 512:
+                    out.write(b"".join(block))
+                    block = []
+        finally:  # the events before an error are printed too
+            out.write(b"".join(block))
     except TraceFormatError as exc:
         print(f"streamfold replay: {exc}", file=sys.stderr)
         return 2
