@@ -84,17 +84,18 @@ class ReplayEngine:
 
         served = self.directory.models()
         if model not in served:  # also keeps `x.golden` (expected events, not a trace) out
+            # Neither the directory (a path on this machine) nor a huge name is echoed back.
+            shown = model if len(model) <= 64 else f"{model[:64]}... ({len(model)} characters)"
+            listed = ", ".join(served[:50]) + (", ..." if len(served) > 50 else "")
             raise UnknownModelError(
-                f"the model {model!r} does not exist: this replay server serves the traces in "
-                f"{self.directory.directory} ({', '.join(served) or 'none'})"
+                f"the model {shown!r} does not exist: this replay server serves the traces "
+                f"{listed or 'none'}"
             )
         try:
             trace = self.directory.trace_for(model)
             grammar = grammar_for(trace.header, self.directory.directory)
         except TraceFormatError as exc:
-            raise UnknownModelError(
-                f"the trace of model {model!r} cannot be replayed: {exc}"
-            ) from exc
+            raise UnknownModelError(f"the trace of model {model!r} cannot be replayed") from exc
         return ReplaySource(trace, delay=self.delay), grammar
 
     def grammar(self, model: str) -> Grammar:

@@ -64,15 +64,16 @@ class TraceDirectorySource:
             raise TraceFormatError(f"trace directory {self.directory} does not exist")
 
     def models(self) -> list[str]:
+        # Symbolic links are not served: a link could lead anywhere on the machine.
         return sorted(
             p.name.removesuffix(".jsonl")
             for p in self.directory.glob("*.jsonl")
-            if not p.name.endswith(".golden.jsonl")
+            if not p.name.endswith(".golden.jsonl") and not p.is_symlink()
         )
 
     def trace_for(self, model: str) -> Trace:
         path = self.directory / f"{model}.jsonl"
-        if "/" in model or model.startswith(".") or not path.is_file():
+        if "/" in model or model.startswith(".") or path.is_symlink() or not path.is_file():
             raise UnknownTraceError(
                 f"no trace named {model!r} in {self.directory}; "
                 f"available: {', '.join(self.models()) or 'none'}"

@@ -8,8 +8,13 @@ from __future__ import annotations
 
 import argparse
 import os
+import socket
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from streamfold.adapters.server import ServerLimits
 
 __all__ = ["add_serve_parser", "default_store_path", "run_serve"]
 
@@ -83,6 +88,7 @@ def add_serve_parser(
         metavar="N",
         help="generations after tool calls per response before it ends incomplete (default 10)",
     )
+    _add_limit_arguments(p)
     p.set_defaults(run=run_serve)
     return p
 
@@ -96,6 +102,57 @@ def _log_to_stderr(level: str) -> None:
     logger = logging.getLogger("streamfold")
     logger.addHandler(handler)
     logger.setLevel(level.upper())
+
+
+# `--flag` -> the ServerLimits field it sets (see the README's table of limits).
+_LIMIT_FLAGS = {
+    "--max-body-bytes": ("max_body_bytes", int, "largest request body (413 beyond)"),
+    "--max-input-chars": ("max_input_chars", int, "characters of text in one request"),
+    "--max-input-items": ("max_input_items", int, "items in `input`"),
+    "--max-input-tokens": ("max_input_tokens", int, "prompt tokens (the model's context)"),
+    "--max-output-tokens": ("max_output_tokens", int, "largest max_output_tokens"),
+    "--render-workers": ("render_workers", int, "processes rendering large prompts at once"),
+    "--render-timeout": ("render_timeout_s", float, "seconds one prompt may take to render"),
+    "--header-timeout": ("header_timeout_s", float, "seconds to send a request's headers"),
+    "--body-timeout": ("body_timeout_s", float, "seconds to send a request's body"),
+}
+
+
+def _add_limit_arguments(p: argparse.ArgumentParser) -> None:
+    from streamfold.adapters.server import ServerLimits
+
+    defaults = ServerLimits()
+    group = p.add_argument_group("limits", "what one request may cost (see the README)")
+    for flag, (field, kind, text) in _LIMIT_FLAGS.items():
+        group.add_argument(
+            flag,
+            type=kind,
+            default=None,
+            metavar="N" if kind is int else "SECONDS",
+            help=f"{text} (default {getattr(defaults, field)})",
+        )
+    group.add_argument(
+        "--limit-concurrency",
+        type=int,
+        default=None,
+        metavar="N",
+        help="uvicorn: answer 503 once N connections are open (default: no limit)",
+    )
+
+
+def _limits(args: argparse.Namespace) -> ServerLimits:
+    from streamfold.adapters.server import ServerLimits
+
+    given = {
+        field: getattr(args, flag.removeprefix("--").replace("-", "_"), None)
+        for flag, (field, _, _) in _LIMIT_FLAGS.items()
+    }
+    return ServerLimits(**{k: v for k, v in given.items() if v is not None})
+
+
+def _listen(host: str, port: int) -> socket.socket:
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    return socket.create_server((host, port), family=family, backlog=2048)
 
 
 def run_serve(args: argparse.Namespace) -> int:
@@ -115,6 +172,7 @@ def run_serve(args: argparse.Namespace) -> int:
         MemoryEventStore,
         SQLiteEventStore,
         create_app,
+        uvicorn_http,
     )
     from streamfold.statemachine import StreamfoldError
 
@@ -125,27 +183,50 @@ def run_serve(args: argparse.Namespace) -> int:
         max_iterations=args.max_tool_rounds,
     )
     try:
+        limits = _limits(args)
+    except ValueError as exc:
+        print(f"streamfold serve: {exc}", file=sys.stderr)
+        return 2
+    try:
         engine = ENGINES[args.engine](args)
-        store: EventStore
+    except StreamfoldError as exc:
+        print(f"streamfold serve: {exc}", file=sys.stderr)
+        return 2
+    # The port first, the store second: a server started by mistake on a port in use must
+    # stop before it opens (and recovers) a store another server is using (issue 19).
+    try:
+        sock = _listen(args.host, args.port)
+    except OSError as exc:
+        print(
+            f"streamfold serve: cannot listen on {args.host}:{args.port}: "
+            f"{exc.strerror or exc}; is another server running there? pass --port",
+            file=sys.stderr,
+        )
+        return 2
+    store: EventStore | None = None
+    try:
         if args.store == ":memory:":
             store = MemoryEventStore()
         else:
             store = SQLiteEventStore(args.store or default_store_path())
+        _log_to_stderr(args.log_level)
+        # Followers of a background response hold their connection until it ends, and it
+        # ends when the lifespan cancels it after the connections close: bound that wait.
+        config = uvicorn.Config(
+            create_app(engine, store=store, agent=agent, limits=limits),
+            log_level=args.log_level,
+            timeout_graceful_shutdown=10,
+            http=uvicorn_http(limits.header_timeout_s),
+            limit_concurrency=args.limit_concurrency,
+        )
+        uvicorn.Server(config).run(sockets=[sock])
     except StreamfoldError as exc:
         print(f"streamfold serve: {exc}", file=sys.stderr)
         return 2
-    _log_to_stderr(args.log_level)
-    # Followers of a background response hold their connection until it ends, and it ends
-    # when the lifespan cancels it after the connections close: bound that wait.
-    try:
-        uvicorn.run(
-            create_app(engine, store=store, agent=agent),
-            host=args.host,
-            port=args.port,
-            log_level=args.log_level,
-            timeout_graceful_shutdown=10,
-        )
     finally:
+        sock.close()
+        if isinstance(store, SQLiteEventStore):
+            store.close()
         # An engine with threads or devices of its own (the native engine) is shut down here,
         # so no generation outlives the server.
         close = getattr(engine.source, "close", None)

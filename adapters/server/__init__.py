@@ -2,7 +2,9 @@
 
 Needs the `server` extra (starlette, uvicorn). `create_app(engine, store=...)` is the ASGI app;
 `ENGINES` maps `--engine` names to engine factories; `EventStore` is the event-log interface,
-with `MemoryEventStore` and `SQLiteEventStore`.
+with `MemoryEventStore` and `SQLiteEventStore`. `ServerLimits` bounds what one request may
+cost; serve the app with `uvicorn_http(limits.header_timeout_s)` as uvicorn's `http` protocol
+for the header timeout.
 """
 
 from ..registry import (
@@ -15,8 +17,10 @@ from ..registry import (
     replay_engine,
 )
 from ._app import EventStreamResponse, create_app
+from ._http import uvicorn_http
+from ._limits import ServerLimits
 from ._service import Prepared, ResponseService, ServiceNotRunningError
-from ._sqlite import SQLiteEventStore
+from ._sqlite import SQLiteEventStore, StoreLockedError
 from ._store import (
     EventRecord,
     EventStore,
@@ -43,8 +47,10 @@ __all__ = [
     "RequestError",
     "ResponseService",
     "SQLiteEventStore",
+    "ServerLimits",
     "ServiceNotRunningError",
     "StoreError",
+    "StoreLockedError",
     "StoredResponse",
     "UnknownModelError",
     "bundled_traces_dir",
@@ -53,4 +59,5 @@ __all__ = [
     "render_prompt",
     "replay_engine",
     "stop_token_ids",
+    "uvicorn_http",
 ]

@@ -7,7 +7,6 @@ when a streaming client has gone. Every decision about a response is the service
 from __future__ import annotations
 
 import contextlib
-import json
 import logging
 from collections.abc import AsyncIterator
 from typing import Any
@@ -23,6 +22,7 @@ from starlette.types import Receive, Scope, Send
 from ..agent._config import AgentConfig
 from ..registry import Engine
 from ._input_items import DEFAULT_LIMIT
+from ._limits import MAX_SAFE_INTEGER, ServerLimits, decode_body, read_body, shown
 from ._readiness import Readiness, health
 from ._service import Prepared, ResponseService, ServiceNotRunningError
 from ._store import EventStore, MemoryEventStore
@@ -79,13 +79,15 @@ def _error(exc: RequestError) -> JSONResponse:
     return JSONResponse(exc.body(), status_code=exc.status)
 
 
-async def _body(request: Request) -> Any:
-    try:
-        return json.loads(await request.body())
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-        raise RequestError(
-            f"We could not parse the JSON body of your request ({exc}); send a JSON object"
-        ) from exc
+async def _body(request: Request, limits: ServerLimits) -> bytes:
+    """The raw body, within the size limit (413) and the time limit (408)."""
+    with anyio.move_on_after(limits.body_timeout_s):
+        return await read_body(dict(request.headers), request.stream(), limits)
+    raise RequestError(
+        f"the request body did not arrive within {limits.body_timeout_s:g} s",
+        status=408,
+        code="request_timeout",
+    )
 
 
 def _service(request: Request) -> ResponseService:
@@ -94,12 +96,13 @@ def _service(request: Request) -> ResponseService:
 
 async def create_response(request: Request) -> Any:
     service = _service(request)
-    prepared = await service.prepare(await _body(request))
+    raw = await _body(request, service.limits)
+    prepared = await service.prepare(decode_body(raw), body_bytes=len(raw))
     if prepared.request.background:
         run = await service.start_background(prepared)
         if prepared.request.stream:
-            return EventStreamResponse(service.follow(run.id))
-        return JSONResponse(await service.lookup(run.id))
+            return EventStreamResponse(service.follow(run.id, run=run))
+        return JSONResponse(service.current(run))  # the run may have ended (and left) already
     if prepared.request.stream:
         return EventStreamResponse(service.stream(prepared))
     return JSONResponse(await _complete_while_connected(request, service, prepared))
@@ -132,12 +135,13 @@ def _starting_after(request: Request) -> int:
     if raw is None:
         return -1
     try:
-        value = int(raw)
+        value = int(raw) if len(raw) <= 20 else -2
     except ValueError:
         value = -2
-    if value < -1:
+    if not -1 <= value <= MAX_SAFE_INTEGER:
         raise RequestError(
-            f"starting_after must be a sequence number (an integer >= 0), got {raw!r}",
+            f"starting_after must be a sequence number (an integer from 0 to 2^53), got "
+            f"{shown(raw)!r}",
             param="starting_after",
         )
     return value
@@ -210,18 +214,24 @@ async def _server_error(request: Request, exc: Exception) -> JSONResponse:
 
 
 def create_app(
-    engine: Engine, *, store: EventStore | None = None, agent: AgentConfig | None = None
+    engine: Engine,
+    *,
+    store: EventStore | None = None,
+    agent: AgentConfig | None = None,
+    limits: ServerLimits | None = None,
 ) -> Starlette:
     """The Responses API as a Starlette app (routes under `/v1`, and `GET /health`: 200 when
     ready, 503 while the engine warms up; see `_readiness`), ready for uvicorn.
 
     `store` defaults to an in-memory log. `agent` says which server-side tools requests may use
-    (MCP server URLs, python, the browser); by default none. To mount it in your own app, give
-    the outer app its lifespan so background responses have somewhere to run:
+    (MCP server URLs, python, the browser); by default none. `limits` bounds what one request
+    may cost (body size, input, prompt tokens, rendering time: `ServerLimits`); the header
+    timeout needs the HTTP protocol of `uvicorn_http(limits)` too. To mount it in your own app,
+    give the outer app its lifespan so background responses have somewhere to run:
     `Starlette(routes=[Mount("/llm", app)], lifespan=app.router.lifespan_context)`.
     """
     service = ResponseService(
-        engine, store if store is not None else MemoryEventStore(), agent=agent
+        engine, store if store is not None else MemoryEventStore(), agent=agent, limits=limits
     )
     readiness = Readiness.for_service(service)
 

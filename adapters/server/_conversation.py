@@ -3,10 +3,13 @@
 The Responses API lets a request name the response it follows instead of sending the whole
 conversation again. The context is then the earlier response's own input, its output, and the
 new input, in that order (`instructions` are not carried over: each request sends its own, as
-the API does). The store keeps every stored response's input (`InputStore`), so chains of any
-length resolve one link at a time. Output items the prompt cannot show again (web search calls,
-whose pages are not kept) are left out of the context; messages, reasoning, function calls and
-the agent loop's MCP and code interpreter items are carried.
+the API does). The store keeps each stored response's own input once (`InputStore`): a request
+that followed another is saved as `{"previous_response_id": ..., "items": [...]}` (its own items
+only), any other as the JSON array of its items, so a chain of n links stores n inputs, not n
+conversations (30 links of 100 KB once took 48.6 MB). A conversation is rebuilt by walking the
+chain back to its start (`conversation_of`). Output items the prompt cannot show again (web
+search calls, whose pages are not kept) are left out of the context; messages, reasoning,
+function calls and the agent loop's MCP and code interpreter items are carried.
 """
 
 from __future__ import annotations
@@ -14,10 +17,16 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from ._store import EventStore, InputStore
+from ._store import EventStore, InputStore, StoredResponse
 from .requests import RequestError
 
-__all__ = ["CARRIED_ITEM_TYPES", "earlier_conversation", "input_items"]
+__all__ = [
+    "CARRIED_ITEM_TYPES",
+    "conversation_of",
+    "earlier_conversation",
+    "input_items",
+    "saved_input",
+]
 
 #: The output item types a following request sees again.
 CARRIED_ITEM_TYPES = frozenset(
@@ -36,6 +45,56 @@ CARRIED_ITEM_TYPES = frozenset(
 def input_items(value: Any) -> list[Any]:
     """A request's `input` as a list of items (a string is one user message)."""
     return [{"role": "user", "content": value}] if isinstance(value, str) else list(value)
+
+
+def saved_input(previous_id: str | None, items: list[Any]) -> Any:
+    """What the store keeps of a request's input (see the module docstring)."""
+    return {"previous_response_id": previous_id, "items": items} if previous_id else items
+
+
+def _carried(stored: StoredResponse) -> list[Any]:
+    return [
+        item
+        for item in stored.response().get("output", [])
+        if isinstance(item, dict) and item.get("type") in CARRIED_ITEM_TYPES
+    ]
+
+
+async def conversation_of(store: EventStore, response_id: str) -> list[Any] | None:
+    """The whole input `response_id` answered, as wire items; None if its input was not kept.
+
+    Walks `previous_response_id` links back to the first response, iteratively. A link whose
+    response was deleted since is a `RequestError`: the conversation cannot be rebuilt."""
+    if not isinstance(store, InputStore):
+        return None
+    parts: list[list[Any]] = []  # newest first
+    current = response_id
+    while True:
+        raw = await store.load_input(current)
+        if raw is None:
+            if current == response_id:
+                return None
+            raise RequestError(
+                f"the conversation of response {response_id} cannot be rebuilt: the input of "
+                f"{current}, which it follows, is no longer stored",
+                param="previous_response_id",
+            )
+        saved = json.loads(raw)
+        if isinstance(saved, list):  # the first link (or a store from before links)
+            parts.append(saved)
+            break
+        parts.append(saved["items"])
+        previous = saved["previous_response_id"]
+        stored = await store.snapshot(previous)
+        if stored is None:
+            raise RequestError(
+                f"the conversation of response {response_id} cannot be rebuilt: response "
+                f"{previous}, which it follows, was deleted",
+                param="previous_response_id",
+            )
+        parts.append(_carried(stored))
+        current = previous
+    return [item for part in reversed(parts) for item in part]
 
 
 async def earlier_conversation(
@@ -64,16 +123,11 @@ async def earlier_conversation(
         )
     if not stored.finished:
         raise still_running
-    earlier = await store.load_input(previous_id)
+    earlier = await conversation_of(store, previous_id)
     if earlier is None:
         raise RequestError(
             f"response {previous_id} was stored without its input (it was made before this "
             "server kept inputs); send the whole conversation in `input`",
             param=param,
         )
-    output = [
-        item
-        for item in stored.response().get("output", [])
-        if isinstance(item, dict) and item.get("type") in CARRIED_ITEM_TYPES
-    ]
-    return [*json.loads(earlier), *output]
+    return [*earlier, *_carried(stored)]

@@ -1,11 +1,16 @@
 """Running responses: foreground streams, background tasks, followers, and cancellation.
 
 Every response, however it is served, goes through `_drive`: the driver's event batches are
-serialised once, published to the in-memory `Run` that live followers read, and appended to the
-event log (when the response is stored) in batches, the last one with the terminal event before
-the run is finished. So a live response is followed from memory, a finished one from the log,
-and a client resuming with `starting_after` gets exactly the events it missed, either way. (If
-the store fails, the run stays in memory and is served from there until the process ends.)
+serialised once, committed to the event log (when the response is stored; `LogWriter` groups
+the commits of concurrent runs), and only then published to the in-memory `Run` that live
+followers read and sent to the client. So no client ever sees an event the log lacks: after a
+crash, the restarted server ends each unfinished log after the last event anyone saw, and a
+client resuming with `starting_after` gets the rest and a terminal event. A live response is
+followed from memory (a window of it, `_run.py`), a finished one from the log, page by page.
+
+A store that refuses a response's events ends that response: its clients get the refused
+events and `response.failed` ("the response store failed ... not stored"), what the store
+holds of it is deleted, and nothing of it stays in memory once it has ended.
 
 - Foreground (`background` false): the HTTP response pulls from `_drive` directly, so the
   client's pace sets the engine's (backpressure), and a client that leaves closes the driver,
@@ -30,7 +35,7 @@ import anyio.lowlevel
 import attrs
 from anyio.abc import TaskGroup, TaskStatus
 
-from streamfold.adapters.driver import sse_frame
+from streamfold.adapters.driver import Generation, sse_frame
 from streamfold.engines import GenerationRequest, SamplingParams
 from streamfold.statemachine import (
     Event,
@@ -41,34 +46,37 @@ from streamfold.statemachine import (
     dumps,
     loads,
 )
-from streamfold.statemachine._grammar import Grammar
+from streamfold.statemachine._grammar import FinishReason, Grammar
 
 from ..agent._config import AgentConfig, AgentRun, prepare_agent
-from ..agent._loop import generation_for
+from ..agent._loop import AgentGeneration, generation_for
 from ..registry import Engine, UnknownModelError
-from ._conversation import earlier_conversation, input_items
+from ._conversation import conversation_of, earlier_conversation, input_items, saved_input
 from ._input_items import input_item_page, listed_items
-from ._store import EventRecord, EventStore, InputStore
-from .prompt import render_prompt, stop_token_ids
+from ._limits import ServerLimits, check_body, shown
+from ._logwriter import LogWriter
+from ._render import Renderer
+from ._run import CLIENT_LEFT, Run
+from ._store import EventRecord, EventStore, InputStore, StoreError
+from .prompt import stop_token_ids
 from .requests import CreateRequest, RequestError, parse_create_request, parse_input_items
 
-__all__ = ["Prepared", "ResponseService", "ServiceNotRunningError"]
+__all__ = ["CLIENT_LEFT", "Prepared", "ResponseService", "Run", "ServiceNotRunningError"]
 
 log = logging.getLogger("streamfold.server")
 
 CANCELLED = "the response was cancelled before it finished"
-CLIENT_LEFT = "the client disconnected before the response finished"
 SHUTDOWN = "the server shut down before the response finished"
 DELETED = "the response was deleted before it finished"
 INTERRUPTED = (
     "the server stopped before the response finished (it was ended when the server restarted)"
 )
 
-# The store is written in batches: at the terminal event, or when this many events or seconds
-# have gathered. Followers of a live run read it from memory, so batching delays nothing they
-# see; a crash loses at most that much of a response that was unfinished anyway.
-FLUSH_EVENTS = 64
-FLUSH_SECONDS = 0.25
+#: Events per page when a stored log is streamed (a page is read, sent, then the next).
+PAGE_EVENTS = 256
+STORE_FAILED = "the response store failed, so the response was not stored"
+#: Responses whose store failed, remembered (without their output) for clients polling them.
+UNSTORED_KEPT = 1024
 
 
 class ServiceNotRunningError(StreamfoldError, RuntimeError):
@@ -83,62 +91,22 @@ class Prepared:
     response: Response
     generation: GenerationRequest
     grammar: Grammar
-    # The whole input as wire items (with what `previous_response_id` brought in), kept with
-    # the response so that a later request can follow it.
-    conversation: list[Any] = attrs.Factory(list)
+    # What the store keeps of the input, so that a later request can follow this response: the
+    # request's own items, and the response it followed (`_conversation.saved_input`).
+    saved_input: Any = attrs.Factory(list)
     agent: AgentRun | None = None  # the server-side tools: the agent loop runs the response
 
 
-@attrs.define(kw_only=True, eq=False)
-class Run:
-    """A response being generated, as followers see it. Mutable, in memory, one per response.
+AnyGeneration = Generation | AgentGeneration
 
-    While a run is live, followers read `records` here; the store catches up in batches
-    (`pending`), and holds the whole log before the run leaves `ResponseService.live`.
-    """
 
-    id: str
-    background: bool
-    keep: bool  # stored: log the records and keep them for followers
-    records: list[EventRecord] = attrs.Factory(list)
-    pending: list[EventRecord] = attrs.Factory(list)  # not yet in the store
-    flushed_at: float = 0.0
-    event: str | None = None  # wire JSON of the latest lifecycle event
-    done: anyio.Event = attrs.Factory(anyio.Event)
-    finished: bool = False
-    scope: anyio.CancelScope | None = None
-    stop_message: str = CLIENT_LEFT
-    unsaved: bool = False  # the store failed: this run is served from memory only
-    _changed: anyio.Event | None = None  # made only when someone waits: most runs have no follower
+class _StoreFailed(Exception):
+    """The store refused `records` (a run's next batch, not yet published)."""
 
-    def publish(self, records: list[EventRecord]) -> None:
-        if self.keep:
-            self.records.extend(records)
-        for record in records:
-            if record.lifecycle:
-                self.event = record.data
-        self._wake()
-
-    def _wake(self) -> None:
-        if self._changed is not None:
-            self._changed.set()
-            self._changed = None
-
-    async def changed(self) -> None:
-        """Wait for the next `publish` or `finish` (check `records` first: no await between)."""
-        if self._changed is None:
-            self._changed = anyio.Event()
-        await self._changed.wait()
-
-    def finish(self) -> None:
-        self.finished = True
-        self._wake()
-        self.done.set()
-
-    def cancel(self, message: str) -> None:
-        self.stop_message = message
-        if self.scope is not None:
-            self.scope.cancel()
+    def __init__(self, records: list[EventRecord], error: Exception) -> None:
+        super().__init__(str(error))
+        self.records = records
+        self.error = error
 
 
 def _records(events: list[Event]) -> list[EventRecord]:
@@ -166,13 +134,19 @@ class ResponseService:
         new_id: Callable[[], str] = new_response_id,
         clock: Callable[[], float] = time.time,
         agent: AgentConfig | None = None,
+        limits: ServerLimits | None = None,
     ) -> None:
         self.engine = engine
+        self.limits = limits if limits is not None else ServerLimits()
+        self.renderer = Renderer(self.limits)
         self.store = store
         self.agent = agent if agent is not None else AgentConfig()
         self.new_id = new_id
         self.clock = clock
         self.live: dict[str, Run] = {}
+        self.log = LogWriter(store)
+        self.unreadable: set[str] = set()  # responses the store holds but cannot read
+        self.unstored: dict[str, str] = {}  # the final Response of runs the store refused
         self._task_group: TaskGroup | None = None
         self._stop_message = CANCELLED
 
@@ -185,15 +159,30 @@ class ResponseService:
         ended = await self.end_interrupted()
         if ended:
             log.warning("ended %d response(s) left unfinished by a previous run", len(ended))
-        async with anyio.create_task_group() as tg:
-            self._task_group = tg
-            try:
-                yield self
-            finally:
-                self._task_group = None
-                for run in list(self.live.values()):
-                    if run.background:
-                        run.cancel(SHUTDOWN)
+        damaged = getattr(self.store, "damaged", None)
+        if callable(damaged):  # a store that can check itself (SQLite: PRAGMA quick_check)
+            self.unreadable.update(await damaged())
+        if self.unreadable:
+            shown_ids = sorted(self.unreadable)[:20]
+            more = ", ..." if len(self.unreadable) > 20 else ""
+            log.error(
+                "%d stored response(s) are unreadable (the store is damaged): %s%s",
+                len(self.unreadable),
+                ", ".join(shown_ids),
+                more,
+            )
+        try:
+            async with anyio.create_task_group() as tg:
+                self._task_group = tg
+                try:
+                    yield self
+                finally:
+                    self._task_group = None
+                    for run in list(self.live.values()):
+                        if run.background:
+                            run.cancel(SHUTDOWN)
+        finally:
+            self.renderer.close()
 
     async def end_interrupted(self) -> list[str]:
         """End every stored response that is unfinished and not running here.
@@ -205,21 +194,37 @@ class ResponseService:
         following is per process too), so an unfinished log here is one nobody will finish.
         Returns the ids ended.
         """
-        ended = []
-        for response_id in await self.store.list():
-            stored = await self.store.snapshot(response_id)
-            if stored is None or stored.finished or response_id in self.live:
+        ended: list[str] = []
+        try:
+            ids = await self.store.list()
+        except Exception as exc:  # a damaged index: serve what can be read, recover nothing
+            log.error("the response store cannot list its responses (%s); none were ended", exc)
+            return ended
+        for response_id in ids:
+            try:
+                stored = await self.store.snapshot(response_id)
+                if stored is None or stored.finished or response_id in self.live:
+                    continue
+                events = [loads(record.data) for record in await self.store.read(response_id)]
+                closing = close_interrupted(events, INTERRUPTED)
+                await self.store.append(response_id, _records(closing))
+            except Exception as exc:  # one damaged log must not keep the server from starting
+                self.unreadable.add(response_id)
+                log.error("response %s is unreadable in the store (%s)", response_id, exc)
                 continue
-            events = [loads(record.data) for record in await self.store.read(response_id)]
-            closing = close_interrupted(events, INTERRUPTED)
-            await self.store.append(response_id, _records(closing))
             ended.append(response_id)
         return ended
 
     # --- preparing a request ------------------------------------------------------------
 
-    async def prepare(self, body: Any) -> Prepared:
-        """Validate a `POST /v1/responses` body; raises `RequestError` (4xx) naming the field."""
+    async def prepare(self, body: Any, *, body_bytes: int | None = None) -> Prepared:
+        """Validate a `POST /v1/responses` body; raises `RequestError` (4xx) naming the field.
+
+        `body_bytes`, the size of the JSON text, decides where the prompt is rendered (see
+        `_render.py`); without it, the body is measured."""
+        check_body(body, self.limits)
+        if body_bytes is None:
+            body_bytes = len(json.dumps(body))
         previous = body.get("previous_response_id") if isinstance(body, dict) else None
         earlier: list[Any] = []
         if isinstance(previous, str) and previous:
@@ -228,17 +233,26 @@ class ResponseService:
             earlier = await earlier_conversation(self.store, previous, running=running)
         request = parse_create_request(body, earlier=parse_input_items(earlier))
         own = input_items(body["input"])
-        conversation = [*earlier, *own]
+        if (request.max_output_tokens or 0) > self.limits.max_output_tokens:
+            raise RequestError(
+                f"max_output_tokens may be at most {self.limits.max_output_tokens}, got "
+                f"{request.max_output_tokens}",
+                param="max_output_tokens",
+            )
         agent = prepare_agent(request, self.agent, len(own))
         try:
             grammar = self.engine.grammar(request.model)
         except UnknownModelError as exc:
             raise RequestError(str(exc), param="model", status=404, code="model_not_found") from exc
-        # On the loop, not in a thread: openai-harmony holds the GIL while it renders (~0.6 ms
-        # for a short prompt; two threads gain nothing), so a thread would only add GIL
-        # hand-offs, which under load cost far more than the rendering.
         # An agent response renders its prompt once its MCP servers have listed their tools.
-        prompt = render_prompt(request) if agent is None else ()
+        # A request that follows another renders the whole conversation: size it as such.
+        prompt = (
+            await self.renderer.render(
+                request, body_bytes + (len(json.dumps(earlier)) if earlier else 0)
+            )
+            if agent is None
+            else ()
+        )
         response_id = self.new_id()
         sampling = SamplingParams(
             temperature=1.0 if request.temperature is None else request.temperature,
@@ -274,7 +288,7 @@ class ResponseService:
             response=response,
             generation=generation,
             grammar=grammar,
-            conversation=conversation,
+            saved_input=saved_input(request.previous_response_id, own),
             agent=agent,
         )
 
@@ -286,44 +300,61 @@ class ResponseService:
             id=prepared.response.id,
             background=bool(prepared.response.background),
             keep=stored,
-            flushed_at=anyio.current_time(),
+            logged=stored,
         )
         if stored:
             self.live[run.id] = run
         return run
 
     async def _record(self, run: Run, events: list[Event]) -> list[EventRecord]:
+        """Log `events` (write-ahead), then publish them; `_StoreFailed` if the log refused."""
         records = _records(events)
-        if not records:
-            return records
+        if records and run.logged:
+            try:
+                # Shielded: a cancelled client or run must still learn whether it was written.
+                with anyio.CancelScope(shield=True):
+                    await self.log.write(run.id, records, background=run.background)
+            except Exception as exc:
+                raise _StoreFailed(records, exc) from exc
         run.publish(records)
-        if run.keep and not run.unsaved:
-            run.pending.extend(records)
-            now = anyio.current_time()
-            if (
-                records[-1].terminal
-                or len(run.pending) >= FLUSH_EVENTS
-                or now - run.flushed_at >= FLUSH_SECONDS
-            ):
-                batch, run.pending, run.flushed_at = run.pending, [], now
-                try:
-                    # Shielded: a cancelled client or run must not leave a write half-done.
-                    with anyio.CancelScope(shield=True):
-                        await self.store.append(run.id, batch, background=run.background)
-                except Exception:
-                    # The store failed (disk full, ...): the response goes on for its clients
-                    # and stays served from memory, rather than failing because of the log.
-                    log.exception("response %s: the event store failed; kept in memory", run.id)
-                    run.unsaved = True
+        return records
+
+    async def _close(
+        self, run: Run, generation: AnyGeneration, reason: FinishReason, message: str
+    ) -> list[EventRecord]:
+        try:
+            return await self._record(run, generation.close(reason, message))
+        except _StoreFailed as failed:
+            return await self._unstore(run, generation, failed)
+
+    async def _unstore(
+        self, run: Run, generation: AnyGeneration, failed: _StoreFailed
+    ) -> list[EventRecord]:
+        """The store refused this run's events: it ends `failed`, unstored, and says so."""
+        log.error("response %s: %s (%s); it ends failed", run.id, STORE_FAILED, failed.error)
+        run.logged = False
+        closing = generation.close("error", f"{STORE_FAILED}: {failed.error}")
+        records = failed.records + _records(closing)
+        run.publish(records)
+        # Its clients may poll for it: they find it failed, for the last UNSTORED_KEPT such.
+        response = _response_of(run.event)
+        response["output"] = []  # what it said is gone with the log; the error says why
+        self.unstored[run.id] = json.dumps(response)
+        while len(self.unstored) > UNSTORED_KEPT:
+            self.unstored.pop(next(iter(self.unstored)))
+        with anyio.CancelScope(shield=True):
+            try:  # a log without its end would read "in progress" forever
+                await self.store.delete(run.id)
+            except Exception as exc:
+                log.error("response %s: its partial log could not be deleted (%s)", run.id, exc)
         return records
 
     async def _save_input(self, store: InputStore, run: Run, prepared: Prepared) -> None:
         try:
             with anyio.CancelScope(shield=True):
-                await store.save_input(run.id, json.dumps(prepared.conversation))
-        except Exception:
-            # Like a failed log write: the response goes on; only following it is lost.
-            log.exception("response %s: the store could not keep its input", run.id)
+                await store.save_input(run.id, json.dumps(prepared.saved_input))
+        except Exception as exc:
+            raise _StoreFailed([], exc) from exc
 
     async def _drive(self, prepared: Prepared, run: Run) -> AsyncGenerator[list[EventRecord], None]:
         generation = generation_for(
@@ -334,27 +365,29 @@ class ResponseService:
             prepared.response,
             prepared.agent,
         )
-        if run.keep and isinstance(self.store, InputStore):
-            await self._save_input(self.store, run, prepared)
         try:
+            if run.logged and isinstance(self.store, InputStore):
+                await self._save_input(self.store, run, prepared)
             async with contextlib.aclosing(generation.batches()) as batches:
                 async for events in batches:
                     yield await self._record(run, events)
                     # An engine that never awaits (replay without delay) would otherwise keep
                     # the loop until its socket buffer fills, starving every other request.
                     await anyio.lowlevel.checkpoint()
+        except _StoreFailed as failed:
+            yield await self._unstore(run, generation, failed)
         except Exception as exc:  # a fault of the server itself: still end the log properly
             log.exception("response %s failed", run.id)
-            closing = generation.close("error", f"the server failed: {type(exc).__name__}")
-            yield await self._record(run, closing)
+            message = f"the server failed: {type(exc).__name__}"
+            yield await self._close(run, generation, "error", message)
         finally:
             if not generation.finished:  # the consumer left, or the run was cancelled
                 # Shielded: when this run was cancelled, the log must still get its end.
                 with anyio.CancelScope(shield=True):
-                    await self._record(run, generation.close("abort", run.stop_message))
+                    await self._close(run, generation, "abort", run.stop_message)
             run.finish()
-            if not run.unsaved:  # else the memory copy is the only one left
-                self.live.pop(run.id, None)
+            # Memory holds running responses only: a finished one is served from the store.
+            self.live.pop(run.id, None)
 
     async def stream(self, prepared: Prepared) -> AsyncGenerator[bytes, None]:
         """A foreground stream: SSE bytes, pulled at the client's pace."""
@@ -408,32 +441,58 @@ class ResponseService:
         run = self.live.get(response_id)
         if run is not None and run.event is not None:
             return _response_of(run.event)
-        snapshot = await self.store.snapshot(response_id)
+        if response_id in self.unstored:
+            return json.loads(self.unstored[response_id])  # type: ignore[no-any-return]
+        if response_id in self.unreadable:
+            raise _unreadable(response_id, StoreError("found damaged at start-up"))
+        try:
+            snapshot = await self.store.snapshot(response_id)
+        except StoreError as exc:
+            raise _unreadable(response_id, exc) from exc
         if snapshot is None:
             raise _not_found(response_id)
         return snapshot.response()
 
-    async def follow(self, response_id: str, after: int = -1) -> AsyncGenerator[bytes, None]:
+    def current(self, run: Run) -> dict[str, Any]:
+        """The Response of a run started here (even one that has already ended)."""
+        return _response_of(run.event)
+
+    async def follow(
+        self, response_id: str, after: int = -1, *, run: Run | None = None
+    ) -> AsyncGenerator[bytes, None]:
         """The log after `after`, then live events until the terminal one (SSE bytes).
 
         Call `lookup` first: an unknown id here is an empty stream, not an error, because the
-        HTTP status is sent before the first byte.
+        HTTP status is sent before the first byte. A stored log is read a page at a time, each
+        sent before the next is read, so a client that reads slowly holds one page in memory.
         """
-        run = self.live.get(response_id)
-        if run is None:
-            records = await self.store.read(response_id, after)
-            if records:
-                yield _frames(records)
-            return
+        run = run if run is not None else self.live.get(response_id)
         position = after + 1
-        while True:
-            if position < len(run.records):
-                records, position = run.records[position:], len(run.records)
-                yield _frames(records)
-            elif run.finished:
-                return
-            else:
-                await run.changed()
+        if run is None and response_id in self.unstored:
+            yield _error_frame(position, f"response {response_id} was not stored ({STORE_FAILED})")
+            return
+        try:
+            while True:
+                if run is None or position < run.base:  # in the store only
+                    page = await self.store.read(response_id, position - 1, limit=PAGE_EVENTS)
+                    if run is not None:
+                        page = [r for r in page if r.sequence_number < run.base]
+                    if not page:
+                        return
+                    position = page[-1].sequence_number + 1
+                    yield _frames(page)
+                    if page[-1].terminal:
+                        return
+                elif position < run.end:
+                    records, position = run.since(position), run.end
+                    yield _frames(records)
+                elif run.finished:
+                    return
+                else:
+                    await run.changed()
+        except StoreError as exc:  # a damaged log: say so in-band (the status was sent)
+            log.error("response %s: %s", response_id, exc)
+            yield _error_frame(position, f"the stored log of response {response_id} is damaged")
 
     async def cancel(self, response_id: str) -> dict[str, Any]:
         """Cancel a background response (idempotent); returns the final Response."""
@@ -482,10 +541,10 @@ class ResponseService:
         self, response_id: str, *, after: str | None, limit: int, order: Literal["asc", "desc"]
     ) -> dict[str, Any]:
         """A page of the input items `response_id` answered (see `_input_items.py`)."""
-        raw = None
+        items = None
         if isinstance(self.store, InputStore):
-            raw = await self.store.load_input(response_id)
-        if raw is None:
+            items = await conversation_of(self.store, response_id)
+        if items is None:
             if response_id not in self.live and await self.store.snapshot(response_id) is None:
                 raise _not_found(response_id)
             raise RequestError(
@@ -495,8 +554,8 @@ class ResponseService:
                 status=404,
                 code="not_found",
             )
-        items = listed_items(response_id, json.loads(raw))
-        return input_item_page(items, after=after, limit=limit, order=order)
+        listed = listed_items(response_id, items)
+        return input_item_page(listed, after=after, limit=limit, order=order)
 
 
 def _response_of(event: str | None) -> dict[str, Any]:
@@ -504,7 +563,29 @@ def _response_of(event: str | None) -> dict[str, Any]:
     return json.loads(event)["response"]  # type: ignore[no-any-return]
 
 
+def _error_frame(sequence_number: int, message: str) -> bytes:
+    """An `error` event: the API's way to end a stream that cannot go on."""
+    data = {
+        "type": "error",
+        "code": "server_error",
+        "message": message,
+        "param": None,
+        "sequence_number": sequence_number,
+    }
+    return sse_frame("error", json.dumps(data))
+
+
+def _unreadable(response_id: str, exc: Exception) -> RequestError:
+    log.error("response %s: %s", response_id, exc)
+    return RequestError(
+        f"response {shown(response_id)} cannot be read: its stored log is damaged",
+        param="response_id",
+        status=500,
+        type="server_error",
+    )
+
+
 def _not_found(response_id: str) -> RequestError:
     return RequestError(
-        f"Response with id '{response_id}' not found.", param="response_id", status=404
+        f"Response with id '{shown(response_id)}' not found.", param="response_id", status=404
     )

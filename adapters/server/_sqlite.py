@@ -13,6 +13,8 @@ second connection too, so they never hold up a write.
 
 from __future__ import annotations
 
+import fcntl
+import os
 import sqlite3
 import threading
 from collections.abc import Sequence
@@ -20,9 +22,10 @@ from pathlib import Path
 
 import anyio
 
+from ._logwriter import Batch
 from ._store import EventRecord, StoredResponse, StoreError, advance
 
-__all__ = ["SQLiteEventStore"]
+__all__ = ["SQLiteEventStore", "StoreLockedError"]
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS responses (
@@ -53,21 +56,59 @@ CREATE TABLE IF NOT EXISTS inputs (
 CHECKPOINT_PAGES = 1000
 
 
-class SQLiteEventStore:
-    """Logs in one SQLite file (WAL mode), shared by every request of the process."""
+class StoreLockedError(StoreError):
+    """Another server (process) holds the store: one store belongs to one server."""
 
-    def __init__(self, path: str | Path) -> None:
+
+def _lock(path: Path) -> int:
+    """Hold `PATH.lock` (flock, released by the kernel when the process dies, even by SIGKILL).
+
+    Two servers on one store would each end the other's running responses as interrupted at
+    start-up and interleave sequence numbers (issue 19): the second must refuse to start."""
+    lock_path = path.with_name(path.name + ".lock")
+    fd = os.open(lock_path, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        holder = os.pread(fd, 32, 0).decode("ascii", "replace").strip() or "unknown"
+        os.close(fd)
+        raise StoreLockedError(
+            f"the response store {path} is in use by another server (pid {holder}); stop that "
+            "server, or pass --store with another file"
+        ) from None
+    except OSError:
+        os.close(fd)
+        raise
+    os.ftruncate(fd, 0)
+    os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+    return fd
+
+
+class SQLiteEventStore:
+    """Logs in one SQLite file (WAL mode), shared by every request of the process.
+
+    The store is locked to this object (a `PATH.lock` file beside it) until `close()`; a second
+    `SQLiteEventStore` on the same file, in this process or another, raises `StoreLockedError`.
+    `lock=False` opens it without the lock, to read it while its server runs (never serve from
+    such a store: its server owns the logs).
+    """
+
+    def __init__(self, path: str | Path, *, lock: bool = True) -> None:
         self.path = Path(path)
         if str(path) == ":memory:":
             raise StoreError("SQLiteEventStore needs a file; use MemoryEventStore for :memory:")
+        self._lock_fd: int | None = None
         try:
             self.path.parent.mkdir(parents=True, exist_ok=True)
+            if lock:
+                self._lock_fd = _lock(self.path)
             self._db = self._connect()
             # The writer checkpoints on its own schedule, off the event loop (see above).
             self._db.execute("PRAGMA wal_autocheckpoint=0")
             self._db.executescript(_SCHEMA)
             self._reader = self._connect()
         except (OSError, sqlite3.Error) as exc:
+            self._unlock()
             raise StoreError(
                 f"cannot open the response store {path}: {exc}; pass --store with a writable "
                 "file path"
@@ -88,6 +129,12 @@ class SQLiteEventStore:
         self._db.close()
         with self._read_lock:
             self._reader.close()
+        self._unlock()
+
+    def _unlock(self) -> None:
+        if self._lock_fd is not None:
+            os.close(self._lock_fd)
+            self._lock_fd = None
 
     @staticmethod
     def _snapshots(db: sqlite3.Connection, ids: Sequence[str]) -> dict[str, StoredResponse]:
@@ -109,48 +156,86 @@ class SQLiteEventStore:
         }
 
     def _write(self, response_id: str, records: Sequence[EventRecord], background: bool) -> None:
-        old = self._snapshots(self._db, [response_id]).get(response_id)
-        new = advance(response_id, old, records, background)
         self._db.execute("BEGIN")
         try:
-            self._db.execute(
-                "INSERT INTO event_batches VALUES (?, ?, ?, ?, ?)",
-                (
-                    response_id,
-                    records[0].sequence_number,
-                    records[-1].sequence_number,
-                    "\n".join(r.type for r in records),
-                    "\n".join(r.data for r in records),
-                ),
-            )
-            self._db.execute(
-                "INSERT INTO responses VALUES (?, ?, ?, ?, ?) ON CONFLICT(id) DO UPDATE SET "
-                "finished=excluded.finished, last_sequence_number=excluded.last_sequence_number, "
-                "event=excluded.event",
-                (new.id, new.background, new.finished, new.last_sequence_number, new.event),
-            )
+            self._insert(response_id, records, background)
         except BaseException:
             self._db.execute("ROLLBACK")
             raise
         self._db.execute("COMMIT")
 
+    def _write_many(self, batches: Sequence[Batch]) -> list[Exception | None]:
+        """One transaction; each batch in a savepoint, so one refused batch spares the rest."""
+        errors: list[Exception | None] = []
+        self._db.execute("BEGIN")
+        try:
+            for response_id, records, background in batches:
+                self._db.execute("SAVEPOINT batch")
+                try:
+                    self._insert(response_id, records, background)
+                except (StoreError, sqlite3.Error, ValueError, OverflowError) as exc:
+                    self._db.execute("ROLLBACK TO batch")
+                    errors.append(self._error(exc))
+                else:
+                    errors.append(None)
+                self._db.execute("RELEASE batch")
+        except BaseException:
+            self._db.execute("ROLLBACK")
+            raise
+        self._db.execute("COMMIT")
+        return errors
+
+    def _error(self, exc: Exception) -> Exception:
+        if isinstance(exc, StoreError):
+            return exc
+        return StoreError(f"writing the response store {self.path} failed: {exc}")
+
+    def _insert(self, response_id: str, records: Sequence[EventRecord], background: bool) -> None:
+        old = self._snapshots(self._db, [response_id]).get(response_id)
+        new = advance(response_id, old, records, background)
+        self._db.execute(
+            "INSERT INTO event_batches VALUES (?, ?, ?, ?, ?)",
+            (
+                response_id,
+                records[0].sequence_number,
+                records[-1].sequence_number,
+                "\n".join(r.type for r in records),
+                "\n".join(r.data for r in records),
+            ),
+        )
+        self._db.execute(
+            "INSERT INTO responses VALUES (?, ?, ?, ?, ?) ON CONFLICT(id) DO UPDATE SET "
+            "finished=excluded.finished, last_sequence_number=excluded.last_sequence_number, "
+            "event=excluded.event",
+            (new.id, new.background, new.finished, new.last_sequence_number, new.event),
+        )
+
     def _checkpoint(self) -> None:
         with self._read_lock:
             self._reader.execute("PRAGMA wal_checkpoint(PASSIVE)")
 
-    def _read(self, response_id: str, after: int) -> list[EventRecord]:
+    def _read(self, response_id: str, after: int, limit: int | None) -> list[EventRecord]:
+        # Each row holds at least one event: `limit` rows hold at least `limit` events.
         with self._read_lock:
             rows = self._reader.execute(
                 "SELECT first_sequence_number, types, data FROM event_batches "
-                "WHERE response_id=? AND last_sequence_number>? ORDER BY first_sequence_number",
-                (response_id, after),
+                "WHERE response_id=? AND last_sequence_number>? ORDER BY first_sequence_number "
+                "LIMIT ?",
+                (response_id, after, -1 if limit is None else limit),
             ).fetchall()
-        return [
-            EventRecord(sequence_number=first + i, type=t, data=d)
-            for first, types, data in rows
-            for i, (t, d) in enumerate(zip(types.split("\n"), data.split("\n"), strict=True))
-            if first + i > after
-        ]
+        try:
+            records = [
+                EventRecord(sequence_number=first + i, type=t, data=d)
+                for first, types, data in rows
+                for i, (t, d) in enumerate(zip(types.split("\n"), data.split("\n"), strict=True))
+                if first + i > after
+            ]
+        except (ValueError, TypeError, AttributeError) as exc:
+            raise StoreError(f"the log of {response_id} in {self.path} is damaged: {exc}") from exc
+        expected = after + 1 if after >= 0 else 0
+        if records and records[0].sequence_number != expected:
+            raise StoreError(f"the log of {response_id} in {self.path} is damaged: it has a gap")
+        return records if limit is None else records[:limit]
 
     def _snapshot(self, response_id: str) -> StoredResponse | None:
         with self._read_lock:
@@ -168,8 +253,23 @@ class SQLiteEventStore:
             return
         try:
             self._write(response_id, records, background)
-        except sqlite3.Error as exc:
-            raise StoreError(f"writing the response store {self.path} failed: {exc}") from exc
+        except (sqlite3.Error, ValueError, OverflowError) as exc:
+            raise self._error(exc) from exc
+        await self._wrote(records)
+
+    async def append_many(self, batches: Sequence[Batch]) -> list[Exception | None]:
+        """Every batch in one transaction (`LogWriter`'s group commit)."""
+        batches = [batch for batch in batches if batch[1]]
+        if not batches:
+            return []
+        try:
+            errors = self._write_many(batches)
+        except (sqlite3.Error, ValueError, OverflowError) as exc:  # the commit itself failed
+            return [self._error(exc)] * len(batches)
+        await self._wrote([r for _, records, _ in batches for r in records])
+        return errors
+
+    async def _wrote(self, records: Sequence[EventRecord]) -> None:
         # A batch is a few KB; a page is 4 KB: count pages roughly, by bytes written.
         self._wal_pages += 1 + sum(len(r.data) for r in records) // 4096
         if self._wal_pages >= CHECKPOINT_PAGES and not self._checkpointing:
@@ -179,11 +279,21 @@ class SQLiteEventStore:
             finally:
                 self._checkpointing = False
 
-    async def read(self, response_id: str, after: int = -1) -> list[EventRecord]:
-        return await anyio.to_thread.run_sync(self._read, response_id, after)
+    async def read(
+        self, response_id: str, after: int = -1, *, limit: int | None = None
+    ) -> list[EventRecord]:
+        try:
+            return await anyio.to_thread.run_sync(self._read, response_id, after, limit)
+        except sqlite3.Error as exc:
+            raise StoreError(f"the log of {response_id} in {self.path} is damaged: {exc}") from exc
 
     async def snapshot(self, response_id: str) -> StoredResponse | None:
-        return await anyio.to_thread.run_sync(self._snapshot, response_id)
+        try:
+            return await anyio.to_thread.run_sync(self._snapshot, response_id)
+        except sqlite3.Error as exc:
+            raise StoreError(
+                f"the response {response_id} in {self.path} is damaged: {exc}"
+            ) from exc
 
     async def delete(self, response_id: str) -> None:
         self._db.execute("BEGIN")
@@ -207,6 +317,31 @@ class SQLiteEventStore:
 
     async def load_input(self, response_id: str) -> str | None:
         return await anyio.to_thread.run_sync(self._load_input, response_id)
+
+    async def damaged(self) -> list[str]:
+        """The responses whose logs cannot be read (none when `PRAGMA quick_check` passes).
+
+        The server calls this at start-up, to say which responses a damaged file lost and
+        keep serving the rest."""
+        return await anyio.to_thread.run_sync(self._damaged)
+
+    def _damaged(self) -> list[str]:
+        try:
+            with self._read_lock:
+                verdict = self._reader.execute("PRAGMA quick_check").fetchall()
+            if verdict == [("ok",)]:
+                return []
+            ids = self._list()
+        except sqlite3.Error:
+            return []  # unreadable as a whole: each request will say so
+        damaged = []
+        for response_id in ids:
+            try:
+                self._snapshot(response_id)
+                self._read(response_id, -1, None)
+            except (sqlite3.Error, StoreError):
+                damaged.append(response_id)
+        return damaged
 
     async def list(self) -> list[str]:
         return await anyio.to_thread.run_sync(self._list)

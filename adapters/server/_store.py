@@ -77,8 +77,12 @@ class EventStore(Protocol):
     ) -> None:
         """Add events (in sequence order) to the log; the first append creates it."""
 
-    async def read(self, response_id: str, after: int = -1) -> list[EventRecord]:
-        """The events with `sequence_number > after`, in order; `[]` for an unknown id."""
+    async def read(
+        self, response_id: str, after: int = -1, *, limit: int | None = None
+    ) -> list[EventRecord]:
+        """The events with `sequence_number > after`, in order, at most `limit` of them (a
+        page: stored logs are streamed page by page); `[]` for an unknown id. A log that
+        cannot be read raises `StoreError`."""
 
     async def snapshot(self, response_id: str) -> StoredResponse | None:
         """The response's latest lifecycle event, or None for an unknown id."""
@@ -92,15 +96,15 @@ class EventStore(Protocol):
 
 @runtime_checkable
 class InputStore(Protocol):
-    """What a store also keeps to serve `previous_response_id`: each stored response's whole
-    input (the conversation it answered), as JSON text. Both built-in stores do; an
+    """What a store also keeps to serve `previous_response_id`: each stored response's input,
+    as JSON text (see `_conversation.py` for its two forms). Both built-in stores do; an
     `EventStore` without these methods serves everything else."""
 
     async def save_input(self, response_id: str, items: str) -> None:
-        """Keep the JSON array of input items `response_id` answered."""
+        """Keep the JSON text of the input `response_id` answered."""
 
     async def load_input(self, response_id: str) -> str | None:
-        """The JSON array saved for `response_id`, or None."""
+        """The JSON text saved for `response_id`, or None."""
 
 
 def _check_order(response_id: str, last: int, records: Sequence[EventRecord]) -> None:
@@ -149,9 +153,12 @@ class MemoryEventStore:
         self._logs.setdefault(response_id, []).extend(records)
         self._snapshots[response_id] = snapshot
 
-    async def read(self, response_id: str, after: int = -1) -> list[EventRecord]:
+    async def read(
+        self, response_id: str, after: int = -1, *, limit: int | None = None
+    ) -> list[EventRecord]:
         # Sequence numbers are dense from 0, so the cursor is a list index.
-        return self._logs.get(response_id, [])[max(after + 1, 0) :]
+        start = max(after + 1, 0)
+        return self._logs.get(response_id, [])[start : None if limit is None else start + limit]
 
     async def snapshot(self, response_id: str) -> StoredResponse | None:
         return self._snapshots.get(response_id)

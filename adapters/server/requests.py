@@ -208,9 +208,42 @@ def _metadata(value: Any, _: Any) -> dict[str, str] | None:
         return None
     if not isinstance(value, Mapping) or not all(isinstance(v, str) for v in value.values()):
         raise TypeError("expected an object of string keys and string values")
+    # The API's limits: 16 pairs, keys up to 64 characters, values up to 512.
     if len(value) > 16:
         raise ValueError(f"at most 16 keys are allowed, got {len(value)}")
+    for key, text in value.items():
+        if len(key) > 64:
+            raise ValueError(f"keys must be at most 64 characters, got one of {len(key)}")
+        if len(text) > 512:
+            raise ValueError(
+                f"values must be at most 512 characters; the value of {key!r} has {len(text)}"
+            )
     return dict(value)
+
+
+_REASONING_KEYS = frozenset({"effort", "summary", "generate_summary"})
+
+
+def _reasoning(value: Any, _: Any) -> ReasoningConfig | None:
+    if value is None:
+        return None
+    if not isinstance(value, Mapping):
+        raise TypeError(f'expected an object such as {{"effort": "low"}}, got {_json_type(value)}')
+    unknown = sorted(set(value) - _REASONING_KEYS)
+    if unknown:
+        raise ValueError(
+            f"unknown field {unknown[0]!r}; reasoning takes {', '.join(sorted(_REASONING_KEYS))}"
+        )
+    summary = value.get("summary", value.get("generate_summary"))
+    return _reasoning_config({"effort": value.get("effort"), "summary": summary}, ReasoningConfig)
+
+
+def _tools(value: Any, _: Any) -> tuple[RequestTool, ...]:
+    if value is None:  # some clients send null for "no tools"
+        return ()
+    if not isinstance(value, list):
+        raise TypeError(f"expected an array of tools, got {_json_type(value)}")
+    return tuple(_converter.structure(value, list[RequestTool]))
 
 
 def _text_or_parts(value: Any, tp: Any) -> Any:
@@ -314,9 +347,12 @@ _exactly(str | tuple[TextPart, ...], _text_or_parts)
 _exactly(str | tuple[InputItem, ...], _input)
 _exactly(InputItem, _input_item)
 _exactly(RequestTool, _tool)
+_exactly(tuple[RequestTool, ...], _tools)
 _exactly(AllowedTools, _names_or(AllowedToolsFilter))
 _exactly(RequireApproval, _names_or(ApprovalFilterParam))
 _exactly(Container, _container)
+_reasoning_config = make_dict_structure_fn(ReasoningConfig, _converter)
+_exactly(ReasoningConfig | None, _reasoning)
 _exactly(ToolChoice, _tool_choice)
 
 

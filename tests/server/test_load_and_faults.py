@@ -182,7 +182,7 @@ def test_a_response_whose_server_was_killed_is_ended_on_restart(
         wait_for(up, timeout=60)
         client = OpenAI(base_url=f"{url}/v1", api_key="x", max_retries=0)
         response_id = client.responses.create(model="long", input="x", background=True).id
-        reader = SQLiteEventStore(path)
+        reader = SQLiteEventStore(path, lock=False)  # the server holds the store
 
         def some_text_stored() -> bool:
             records = anyio.run(reader.read, response_id)
@@ -248,23 +248,31 @@ class FailingStore(MemoryEventStore):
 
 
 def test_a_failing_store_does_not_take_the_server_down(trace_dir: Path) -> None:
-    with serve(create_app(make_engine(trace_dir).engine(), store=FailingStore())) as url:
+    """Regression (issue 14): a run whose store write failed stayed in memory forever and was
+    answered as stored. Now it ends failed, says so, and leaves nothing behind but a note."""
+    app = create_app(make_engine(trace_dir).engine(), store=FailingStore())
+    service = app.state.streamfold
+    with serve(app) as url:
         client = OpenAI(base_url=f"{url}/v1", api_key="x", max_retries=0)
         created = client.responses.create(model="long", input="x", background=True)
         wait_for(lambda: client.responses.retrieve(created.id).status != "in_progress")
-        # The response went on and is served from memory, log and all.
-        assert client.responses.retrieve(created.id).status == "completed"
-        log = [
+        failed = client.responses.retrieve(created.id)
+        assert failed.status == "failed" and "not stored" in failed.error.message
+        assert created.id not in service.live
+        # A streaming client sees the failure in-band, after every event it was sent.
+        events = [
             json.loads(e.model_dump_json(exclude_unset=True))
-            for e in client.responses.retrieve(created.id, stream=True)
+            for e in client.responses.create(model="long", input="x", stream=True)
         ]
-        assert not check(log) and log[-1]["type"] == "response.completed"
+        assert not check(events) and events[-1]["type"] == "response.failed"
+        assert "not stored" in events[-1]["response"]["error"]["message"]
         # The server still answers, background and foreground alike.
         assert (
             client.responses.create(model="greeting", input="hi", store=False).status == "completed"
         )
         again = client.responses.create(model="greeting", input="hi", background=True)
         assert again.status == "in_progress"
+        wait_for(lambda: not service.live)
 
 
 def test_a_non_streaming_client_that_leaves_aborts_its_generation(trace_dir: Path) -> None:

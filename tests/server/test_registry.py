@@ -74,6 +74,6 @@ def test_serve_closes_an_engine_that_has_close_when_the_server_stops(
         "replay",
         lambda args: Engine(source=ClosingSource(), grammar=lambda model: None),  # type: ignore[arg-type,return-value]
     )
-    monkeypatch.setattr(uvicorn, "run", lambda *a, **k: None)
-    assert main(["serve", "--store", ":memory:"]) == 0
+    monkeypatch.setattr(uvicorn.Server, "run", lambda *a, **k: None)
+    assert main(["serve", "--store", ":memory:", "--port", "0"]) == 0
     assert closed == [True]

@@ -1,0 +1,101 @@
+"""Write-ahead for the event log: an event is in the store before any client is sent it.
+
+A server killed mid-response (SIGKILL, power loss of the process) must not have shown clients
+events its log lacks: the restarted server ends the response after the last logged event, and
+a client resuming after the last event it saw would otherwise get events that reuse those
+numbers, or nothing and no terminal event at all (issue 14). So every batch of events is
+committed before it is published.
+
+One commit per batch per response would cost a transaction each (500 streams: thousands per
+second); `LogWriter` commits *groups*: the first writer of a turn of the event loop becomes the
+group's leader, lets the other runs of that turn add their batches, and commits them all in
+one transaction (`append_many` where the store has it). A group of one costs what a plain
+append did. Each batch succeeds or fails on its own: a failing response does not fail the
+others in its group.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Protocol, runtime_checkable
+
+import anyio
+import anyio.lowlevel
+import attrs
+
+from ._store import EventRecord, EventStore
+
+__all__ = ["BatchStore", "LogWriter"]
+
+Batch = tuple[str, Sequence[EventRecord], bool]  # response id, its records, background
+
+
+@runtime_checkable
+class BatchStore(Protocol):
+    """A store that can commit batches of several responses in one transaction."""
+
+    async def append_many(self, batches: Sequence[Batch]) -> list[Exception | None]:
+        """Append each batch as `append` would; per batch, the error that refused it, or None."""
+
+
+@attrs.define(eq=False)
+class _Group:
+    batches: list[Batch] = attrs.Factory(list)
+    errors: list[Exception | None] = attrs.Factory(list)
+    done: anyio.Event = attrs.Factory(anyio.Event)
+
+
+class LogWriter:
+    """Group commit over an `EventStore` (see the module docstring)."""
+
+    def __init__(self, store: EventStore) -> None:
+        self.store = store
+        self._open: _Group | None = None  # the group new batches join
+        self._free = anyio.Lock()  # one commit at a time
+
+    async def write(
+        self, response_id: str, records: Sequence[EventRecord], *, background: bool
+    ) -> None:
+        """Return once `records` are committed; raises what the store raised for them.
+
+        Shield the call from cancellation: a batch half-way through a group is still committed,
+        and its caller must learn whether it was."""
+        group = self._open
+        if group is None:
+            group = self._open = _Group()
+        index = len(group.batches)
+        group.batches.append((response_id, records, background))
+        if index == 0:
+            await self._lead(group)
+        else:
+            await group.done.wait()
+        error = group.errors[index]
+        if error is not None:
+            raise error
+
+    async def _lead(self, group: _Group) -> None:
+        try:
+            async with self._free:  # a commit in progress: keep gathering until it is done
+                await anyio.lowlevel.checkpoint()  # the other runs of this turn join
+                self._open = None
+                group.errors = await self._commit(group.batches)
+        except BaseException as exc:  # e.g. a store bug: every waiter learns of it
+            if self._open is group:
+                self._open = None
+            failure = exc if isinstance(exc, Exception) else RuntimeError(str(exc))
+            group.errors = [failure] * len(group.batches)
+            raise
+        finally:
+            group.done.set()
+
+    async def _commit(self, batches: Sequence[Batch]) -> list[Exception | None]:
+        if isinstance(self.store, BatchStore):
+            return await self.store.append_many(batches)
+        errors: list[Exception | None] = []
+        for response_id, records, background in batches:
+            try:
+                await self.store.append(response_id, records, background=background)
+                errors.append(None)
+            except Exception as exc:
+                errors.append(exc)
+        return errors

@@ -1,0 +1,130 @@
+"""Prompt rendering off the event loop, in worker processes, bounded in number and in time.
+
+openai-harmony renders in Rust while holding the GIL, and its tokenizer is quadratic in the
+length of a word: `"x" * 40000` takes 0.7 s, `"é" * 40000` 2.2 s, and all that time no other
+Python thread runs (measured: a 1 ms sleeper in another thread woke 2.2 s late). A thread pool
+would therefore stall the server just the same, so large prompts go to worker processes:
+`render_workers` of them (the bound on concurrent rendering), each killed and replaced when a
+render outlives `render_timeout_s`. A huge input can also make the Rust code panic
+(`PanicException`, a `BaseException`); that is caught here and becomes a 400 too.
+
+Small bodies (`inline_render_bytes`) are rendered on the loop: their cost is bounded (a word
+cannot be longer than the body) and below a worker round trip.
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+import multiprocessing.connection
+
+import anyio
+import anyio.to_thread
+
+from ._limits import ServerLimits
+from .prompt import render_prompt
+from .requests import CreateRequest, RequestError
+
+__all__ = ["Renderer"]
+
+
+def _failure(exc: BaseException) -> RequestError:
+    return RequestError(
+        f"the input could not be rendered as a prompt ({type(exc).__name__}: {str(exc)[:200]})",
+        param="input",
+    )
+
+
+def _render_or_error(request: CreateRequest) -> tuple[int, ...] | RequestError:
+    try:
+        return render_prompt(request)
+    except (KeyboardInterrupt, SystemExit):
+        raise
+    except BaseException as exc:  # pyo3's PanicException is a BaseException
+        return _failure(exc)
+
+
+def _work(conn: multiprocessing.connection.Connection) -> None:
+    """A worker process: render each request it is sent, until its pipe closes."""
+    from streamfold.vocab import harmony_encoding
+
+    harmony_encoding()  # load the vocabulary before the first timed render
+    conn.send("ready")
+    while True:
+        try:
+            request = conn.recv()
+        except EOFError:
+            return
+        conn.send(_render_or_error(request))
+
+
+class _Worker:
+    def __init__(self) -> None:
+        ctx = multiprocessing.get_context("spawn")  # never fork a process with threads
+        self.conn, child = ctx.Pipe()
+        self.process = ctx.Process(target=_work, args=(child,), daemon=True)
+        self.process.start()
+        child.close()
+        if self.conn.recv() != "ready":  # blocks until the vocabulary is loaded
+            raise RuntimeError("the prompt rendering worker did not start")
+
+    def call(self, request: CreateRequest, timeout: float) -> tuple[int, ...] | RequestError | None:
+        """The render's result, or None when it timed out (the worker is then killed)."""
+        self.conn.send(request)
+        if self.conn.poll(timeout):
+            result: tuple[int, ...] | RequestError = self.conn.recv()
+            return result
+        self.kill()
+        return None
+
+    def kill(self) -> None:
+        self.process.kill()
+        self.process.join()
+        self.conn.close()
+
+
+class Renderer:
+    """Renders prompts inline when small, else in bounded, timed worker processes."""
+
+    def __init__(self, limits: ServerLimits) -> None:
+        self.limits = limits
+        self._idle: list[_Worker] = []
+        self._slots = anyio.Semaphore(limits.render_workers)
+
+    async def render(self, request: CreateRequest, body_bytes: int) -> tuple[int, ...]:
+        if body_bytes <= self.limits.inline_render_bytes:
+            result = _render_or_error(request)
+        else:
+            result = await self._in_worker(request)
+        if isinstance(result, RequestError):
+            raise result
+        if len(result) > self.limits.max_input_tokens:
+            raise RequestError(
+                f"the prompt is {len(result)} tokens long; this server's limit is "
+                f"{self.limits.max_input_tokens} tokens (the model's context)",
+                param="input",
+                code="context_length_exceeded",
+            )
+        return result
+
+    async def _in_worker(self, request: CreateRequest) -> tuple[int, ...] | RequestError:
+        timeout = self.limits.render_timeout_s
+        async with self._slots:
+            worker = self._idle.pop() if self._idle else None
+            if worker is None or not worker.process.is_alive():
+                # Starting a worker imports the vocabulary (~1 s), once per worker.
+                worker = await anyio.to_thread.run_sync(_Worker)
+            # Not cancellable: a render cannot be stopped half-way but by killing its worker,
+            # and its result is waited for at most `timeout` seconds.
+            result = await anyio.to_thread.run_sync(worker.call, request, timeout)
+            if result is None:
+                raise RequestError(
+                    f"rendering the input as a prompt took longer than {timeout:g} s and was "
+                    "stopped (openai-harmony is slow on very long words); shorten the input",
+                    param="input",
+                )
+            self._idle.append(worker)
+            return result
+
+    def close(self) -> None:
+        while self._idle:
+            self._idle.pop().kill()
