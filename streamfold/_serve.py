@@ -143,10 +143,12 @@ def _add_limit_arguments(p: argparse.ArgumentParser) -> None:
 def _limits(args: argparse.Namespace) -> ServerLimits:
     from streamfold.adapters.server import ServerLimits
 
-    given = {
-        field: getattr(args, flag.removeprefix("--").replace("-", "_"), None)
-        for flag, (field, _, _) in _LIMIT_FLAGS.items()
-    }
+    given = {}
+    for flag, (field, _, _) in _LIMIT_FLAGS.items():
+        value = getattr(args, flag.removeprefix("--").replace("-", "_"), None)
+        if value is not None and not value > 0:
+            raise ValueError(f"{flag} must be positive, got {value}")
+        given[field] = value
     return ServerLimits(**{k: v for k, v in given.items() if v is not None})
 
 

@@ -20,7 +20,7 @@ import attrs
 
 from .requests import RequestError
 
-__all__ = ["ServerLimits", "check_body", "decode_body", "read_body", "shown"]
+__all__ = ["MAX_SAFE_INTEGER", "ServerLimits", "check_body", "decode_body", "read_body", "shown"]
 
 # JSON numbers beyond 2^53 are not exact in most clients (JavaScript's among them); no field of
 # a request needs one, and huge ones reach SQLite or Rust as overflows.

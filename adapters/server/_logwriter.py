@@ -25,7 +25,7 @@ import attrs
 
 from ._store import EventRecord, EventStore
 
-__all__ = ["BatchStore", "LogWriter"]
+__all__ = ["Batch", "BatchStore", "LogWriter"]
 
 Batch = tuple[str, Sequence[EventRecord], bool]  # response id, its records, background
 
@@ -51,7 +51,7 @@ class LogWriter:
     def __init__(self, store: EventStore) -> None:
         self.store = store
         self._open: _Group | None = None  # the group new batches join
-        self._free = anyio.Lock()  # one commit at a time
+        self._committing: anyio.Event | None = None  # set when the commit under way ends
 
     async def write(
         self, response_id: str, records: Sequence[EventRecord], *, background: bool
@@ -74,11 +74,16 @@ class LogWriter:
             raise error
 
     async def _lead(self, group: _Group) -> None:
+        # One commit at a time: while one is under way, this group keeps gathering. (No other
+        # leader can start meanwhile: every writer joins this group until it closes below.)
+        committing = None
         try:
-            async with self._free:  # a commit in progress: keep gathering until it is done
-                await anyio.lowlevel.checkpoint()  # the other runs of this turn join
-                self._open = None
-                group.errors = await self._commit(group.batches)
+            while self._committing is not None:
+                await self._committing.wait()
+            await anyio.lowlevel.checkpoint()  # the other runs of this turn join
+            self._open = None
+            committing = self._committing = anyio.Event()
+            group.errors = await self._commit(group.batches)
         except BaseException as exc:  # e.g. a store bug: every waiter learns of it
             if self._open is group:
                 self._open = None
@@ -86,6 +91,9 @@ class LogWriter:
             group.errors = [failure] * len(group.batches)
             raise
         finally:
+            if committing is not None:
+                self._committing = None
+                committing.set()
             group.done.set()
 
     async def _commit(self, batches: Sequence[Batch]) -> list[Exception | None]:

@@ -45,7 +45,7 @@ def _render_or_error(request: CreateRequest) -> tuple[int, ...] | RequestError:
 
 def _work(conn: multiprocessing.connection.Connection) -> None:
     """A worker process: render each request it is sent, until its pipe closes."""
-    from streamfold.vocab import harmony_encoding
+    from streamfold.engines.vocab import harmony_encoding
 
     harmony_encoding()  # load the vocabulary before the first timed render
     conn.send("ready")

@@ -42,9 +42,7 @@ from streamfold.statemachine import (
     ReasoningConfig,
     Response,
     StreamfoldError,
-    close_interrupted,
     dumps,
-    loads,
 )
 from streamfold.statemachine._grammar import FinishReason, Grammar
 
@@ -55,6 +53,7 @@ from ._conversation import conversation_of, earlier_conversation, input_items, s
 from ._input_items import input_item_page, listed_items
 from ._limits import ServerLimits, check_body, shown
 from ._logwriter import LogWriter
+from ._recovery import damaged_responses, end_interrupted
 from ._render import Renderer
 from ._run import CLIENT_LEFT, Run
 from ._store import EventRecord, EventStore, InputStore, StoreError
@@ -68,9 +67,6 @@ log = logging.getLogger("streamfold.server")
 CANCELLED = "the response was cancelled before it finished"
 SHUTDOWN = "the server shut down before the response finished"
 DELETED = "the response was deleted before it finished"
-INTERRUPTED = (
-    "the server stopped before the response finished (it was ended when the server restarted)"
-)
 
 #: Events per page when a stored log is streamed (a page is read, sent, then the next).
 PAGE_EVENTS = 256
@@ -156,21 +152,8 @@ class ResponseService:
 
         On the way in, responses that a previous server left unfinished are ended
         (`end_interrupted`)."""
-        ended = await self.end_interrupted()
-        if ended:
-            log.warning("ended %d response(s) left unfinished by a previous run", len(ended))
-        damaged = getattr(self.store, "damaged", None)
-        if callable(damaged):  # a store that can check itself (SQLite: PRAGMA quick_check)
-            self.unreadable.update(await damaged())
-        if self.unreadable:
-            shown_ids = sorted(self.unreadable)[:20]
-            more = ", ..." if len(self.unreadable) > 20 else ""
-            log.error(
-                "%d stored response(s) are unreadable (the store is damaged): %s%s",
-                len(self.unreadable),
-                ", ".join(shown_ids),
-                more,
-            )
+        await self.end_interrupted()
+        self.unreadable.update(await damaged_responses(self.store))
         try:
             async with anyio.create_task_group() as tg:
                 self._task_group = tg
@@ -185,34 +168,10 @@ class ResponseService:
             self.renderer.close()
 
     async def end_interrupted(self) -> list[str]:
-        """End every stored response that is unfinished and not running here.
-
-        A server that crashed or was killed mid-generation leaves logs without a terminal
-        event, which clients retrieving or resuming them would wait on forever. Each gets the
-        close events of its open items (`incomplete`, with the text they had streamed) and
-        `response.failed` (`close_interrupted`). A store belongs to one server process (live
-        following is per process too), so an unfinished log here is one nobody will finish.
-        Returns the ids ended.
-        """
-        ended: list[str] = []
-        try:
-            ids = await self.store.list()
-        except Exception as exc:  # a damaged index: serve what can be read, recover nothing
-            log.error("the response store cannot list its responses (%s); none were ended", exc)
-            return ended
-        for response_id in ids:
-            try:
-                stored = await self.store.snapshot(response_id)
-                if stored is None or stored.finished or response_id in self.live:
-                    continue
-                events = [loads(record.data) for record in await self.store.read(response_id)]
-                closing = close_interrupted(events, INTERRUPTED)
-                await self.store.append(response_id, _records(closing))
-            except Exception as exc:  # one damaged log must not keep the server from starting
-                self.unreadable.add(response_id)
-                log.error("response %s is unreadable in the store (%s)", response_id, exc)
-                continue
-            ended.append(response_id)
+        """End every stored response that is unfinished and not running here; returns their
+        ids (see `_recovery.end_interrupted`). Responses found unreadable are remembered."""
+        ended, unreadable = await end_interrupted(self.store, set(self.live))
+        self.unreadable.update(unreadable)
         return ended
 
     # --- preparing a request ------------------------------------------------------------

@@ -319,7 +319,8 @@ class SQLiteEventStore:
         return await anyio.to_thread.run_sync(self._load_input, response_id)
 
     async def damaged(self) -> list[str]:
-        """The responses whose logs cannot be read (none when `PRAGMA quick_check` passes).
+        """The responses whose logs cannot be read (none when `PRAGMA quick_check` passes);
+        `StoreError` when not even the list of responses can be read.
 
         The server calls this at start-up, to say which responses a damaged file lost and
         keep serving the rest."""
@@ -329,11 +330,14 @@ class SQLiteEventStore:
         try:
             with self._read_lock:
                 verdict = self._reader.execute("PRAGMA quick_check").fetchall()
-            if verdict == [("ok",)]:
-                return []
+        except sqlite3.Error:  # too damaged to check: look at every response
+            verdict = []
+        if verdict == [("ok",)]:
+            return []
+        try:
             ids = self._list()
-        except sqlite3.Error:
-            return []  # unreadable as a whole: each request will say so
+        except sqlite3.Error as exc:
+            raise StoreError(f"the index of responses in {self.path} is damaged: {exc}") from exc
         damaged = []
         for response_id in ids:
             try:
