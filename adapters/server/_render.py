@@ -14,8 +14,10 @@ cannot be longer than the body) and below a worker round trip.
 
 from __future__ import annotations
 
-import multiprocessing
-import multiprocessing.connection
+import os
+import subprocess
+import sys
+from multiprocessing.connection import Connection
 
 import anyio
 import anyio.to_thread
@@ -24,7 +26,7 @@ from ._limits import ServerLimits
 from .prompt import render_prompt
 from .requests import CreateRequest, RequestError
 
-__all__ = ["Renderer"]
+__all__ = ["Renderer", "serve_renders"]
 
 
 def _failure(exc: BaseException) -> RequestError:
@@ -43,43 +45,60 @@ def _render_or_error(request: CreateRequest) -> tuple[int, ...] | RequestError:
         return _failure(exc)
 
 
-def _work(conn: multiprocessing.connection.Connection) -> None:
+def serve_renders(requests: Connection, results: Connection) -> None:
     """A worker process: render each request it is sent, until its pipe closes."""
     from streamfold.engines.vocab import harmony_encoding
 
     harmony_encoding()  # load the vocabulary before the first timed render
-    conn.send("ready")
+    results.send("ready")
     while True:
         try:
-            request = conn.recv()
+            request = requests.recv()
         except EOFError:
             return
-        conn.send(_render_or_error(request))
+        results.send(_render_or_error(request))
 
 
 class _Worker:
+    """One worker process, started as `python -m` this module: not with multiprocessing's
+    spawn, which imports the parent's `__main__` again in the child, so an app that calls
+    `uvicorn.run(create_app(...))` at the top of its script would start a second server."""
+
     def __init__(self) -> None:
-        ctx = multiprocessing.get_context("spawn")  # never fork a process with threads
-        self.conn, child = ctx.Pipe()
-        self.process = ctx.Process(target=_work, args=(child,), daemon=True)
-        self.process.start()
-        child.close()
-        if self.conn.recv() != "ready":  # blocks until the vocabulary is loaded
-            raise RuntimeError("the prompt rendering worker did not start")
+        to_child, from_parent = os.pipe()
+        to_parent, from_child = os.pipe()
+        module = f"{__package__}._render_worker"
+        command = [sys.executable, "-m", module, str(to_child), str(from_child)]
+        self.process = subprocess.Popen(command, pass_fds=(to_child, from_child))
+        os.close(to_child)
+        os.close(from_child)
+        self.requests = Connection(from_parent, readable=False)
+        self.results = Connection(to_parent, writable=False)
+        try:
+            ready = self.results.recv()  # blocks until the vocabulary is loaded
+        except EOFError:
+            ready = None
+        if ready != "ready":
+            self.kill()
+            raise RuntimeError("the prompt rendering worker did not start (see its stderr)")
+
+    def alive(self) -> bool:
+        return self.process.poll() is None
 
     def call(self, request: CreateRequest, timeout: float) -> tuple[int, ...] | RequestError | None:
         """The render's result, or None when it timed out (the worker is then killed)."""
-        self.conn.send(request)
-        if self.conn.poll(timeout):
-            result: tuple[int, ...] | RequestError = self.conn.recv()
+        self.requests.send(request)
+        if self.results.poll(timeout):
+            result: tuple[int, ...] | RequestError = self.results.recv()
             return result
         self.kill()
         return None
 
     def kill(self) -> None:
         self.process.kill()
-        self.process.join()
-        self.conn.close()
+        self.process.wait()
+        self.requests.close()
+        self.results.close()
 
 
 class Renderer:
@@ -110,7 +129,7 @@ class Renderer:
         timeout = self.limits.render_timeout_s
         async with self._slots:
             worker = self._idle.pop() if self._idle else None
-            if worker is None or not worker.process.is_alive():
+            if worker is None or not worker.alive():
                 # Starting a worker imports the vocabulary (~1 s), once per worker.
                 worker = await anyio.to_thread.run_sync(_Worker)
             # Not cancellable: a render cannot be stopped half-way but by killing its worker,

@@ -624,3 +624,26 @@ def test_refused_requests_leave_no_memory_behind(url: str) -> None:
     grown = _rss_mb(os.getpid()) - before
     assert grown < 20, f"RSS grew {grown:.0f} MB over 100 refused requests of 400 KB"
     assert post(url, {"model": "greeting", "input": "hi"}).status_code == 200
+
+
+def test_rendering_workers_do_not_run_the_embedding_script_again(tmp_path: Path) -> None:
+    """Regression: workers started with multiprocessing's spawn import the parent's
+    `__main__` again, so a script that builds and serves the app at its top level (no
+    `if __name__ == "__main__"`) would run a second time in every worker."""
+    script = tmp_path / "embed.py"
+    script.write_text(
+        "import anyio\n"
+        "from streamfold.adapters.server import ServerLimits\n"
+        "from streamfold.adapters.server._render import Renderer\n"
+        "from streamfold.adapters.server.requests import parse_create_request\n"
+        "print('script ran', flush=True)\n"
+        "renderer = Renderer(ServerLimits())\n"
+        "request = parse_create_request({'model': 'm', 'input': 'hello ' * 2000})\n"
+        "print('tokens', len(anyio.run(renderer.render, request, 10**6)), flush=True)\n"
+        "renderer.close()\n"
+    )
+    done = subprocess.run(
+        [sys.executable, str(script)], capture_output=True, text=True, timeout=120
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.count("script ran") == 1 and "tokens 20" in done.stdout
