@@ -22,7 +22,7 @@ exception type. A source that stops without a finish reason is treated the same 
 from __future__ import annotations
 
 import contextlib
-from collections.abc import AsyncGenerator, AsyncIterator, Iterable, Iterator
+from collections.abc import AsyncGenerator, AsyncIterator, Callable, Iterable, Iterator
 from typing import Any
 
 import anyio
@@ -147,8 +147,11 @@ class Generation:
         response: Response,
         *,
         input_tokens: int | None = None,
+        clock: Callable[[], float] | None = None,
     ) -> None:
         self.source = source
+        # Stamps `completed_at` on a completed response (the reducer reads no clock).
+        self.clock = clock
         self.request = request
         self.grammar = grammar
         self.response = response
@@ -168,7 +171,8 @@ class Generation:
         events = [] if self.state is not None else self._start()
         if self.state is None or self.state.finished:
             return events
-        self.state, closing = finish(self.state, reason, message)
+        completed_at = None if self.clock is None else int(self.clock())
+        self.state, closing = finish(self.state, reason, message, completed_at=completed_at)
         return events + closing
 
     async def batches(self) -> AsyncGenerator[list[Event], None]:

@@ -141,11 +141,9 @@ def _text_logprob(vocab: Vocabulary, entry: tuple[int, float, Any]) -> m.TextLog
     return m.TextLogprob(
         token=vocab.bytes_of(token).decode("utf-8", "replace"),
         logprob=logprob,
-        top_logprobs=None
-        if top is None
-        else tuple(
+        top_logprobs=tuple(
             m.TextTopLogprob(token=vocab.bytes_of(t).decode("utf-8", "replace"), logprob=lp)
-            for t, lp in top
+            for t, lp in (top or ())
         ),
     )
 

@@ -3,7 +3,9 @@
 Each class mirrors the openai-python model of the same wire `type` (named in its docstring), as
 a frozen keyword-only attrs value. Lists are tuples so values stay immutable and hashable.
 Fields that the SDK marks optional default to None; the wire converter (`_wire.py`) leaves
-those out of the JSON, except on `Response`, whose nulls the API itself sends.
+those out of the JSON, except on `Response`, whose nulls the API itself sends, and fields with
+`NULLABLE` metadata: the API sends those keys even when null (the SDK's request types mark them
+`Required[Optional[...]]`), and clients that validate, as the Vercel AI SDK does, require them.
 """
 
 from __future__ import annotations
@@ -54,6 +56,12 @@ __all__ = [
     "WebSearchAction",
 ]
 
+#: attrs metadata of a field whose key is always on the wire, as `null` when it has no value
+#: (required-but-nullable): `x: T | None = attrs.field(default=None, metadata=NULLABLE)`.
+WIRE_NULL = "wire_null"
+NULLABLE = {WIRE_NULL: True}
+
+
 ItemStatus = Literal["in_progress", "completed", "incomplete"]
 ResponseStatus = Literal["completed", "failed", "in_progress", "cancelled", "queued", "incomplete"]
 
@@ -90,11 +98,14 @@ class TextTopLogprob:
 
 @attrs.frozen(kw_only=True)
 class TextLogprob:
-    """openai `response_text_delta_event.Logprob`: on `output_text.delta`/`.done` events."""
+    """openai `response_text_delta_event.Logprob`: on `output_text.delta`/`.done` events.
+
+    `top_logprobs` is always an array (`[]` when none were asked for): the SDK marks it
+    optional, but the API always sends it and the Vercel AI SDK drops a delta without it."""
 
     token: str
     logprob: float
-    top_logprobs: tuple[TextTopLogprob, ...] | None = None
+    top_logprobs: tuple[TextTopLogprob, ...] = ()
 
 
 @attrs.frozen(kw_only=True)
@@ -234,7 +245,7 @@ class ResponseCodeInterpreterToolCall:
     # The API always sends `outputs`, null until the code ran; strict clients (the Vercel AI
     # SDK's zod schemas) reject an item without the key, so it is kept as null on the wire.
     outputs: tuple[CodeInterpreterOutputLogs, ...] | None = attrs.field(
-        default=None, metadata={"wire_null": True}
+        default=None, metadata=NULLABLE
     )
     status: Literal["in_progress", "completed", "incomplete", "interpreting", "failed"]
 
@@ -366,10 +377,15 @@ class ResponseUsage:
 
 @attrs.frozen(kw_only=True)
 class ResponseError:
-    """openai `ResponseError`: why a response failed."""
+    """openai `ResponseError`: why a response failed.
+
+    `type` and `param` are optional in the SDK model but sent by the API (the shape of its error
+    JSON); the Vercel AI SDK rejects a failed response whose error has no `type`."""
 
     code: Literal["server_error", "rate_limit_exceeded", "invalid_prompt"] = "server_error"
     message: str
+    type: str = "server_error"
+    param: str | None = attrs.field(default=None, metadata=NULLABLE)
 
 
 @attrs.frozen(kw_only=True)
@@ -383,8 +399,8 @@ class FunctionTool:
 
     type: Literal["function"] = attrs.field(default="function", init=False)
     name: str
-    parameters: dict[str, object] | None = None
-    strict: bool | None = None
+    parameters: dict[str, object] | None = attrs.field(default=None, metadata=NULLABLE)
+    strict: bool | None = attrs.field(default=None, metadata=NULLABLE)
     description: str | None = None
 
 

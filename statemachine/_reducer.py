@@ -130,7 +130,11 @@ def _usage(state: ResponseState) -> m.ResponseUsage:
 
 
 def finish(
-    state: ResponseState, reason: FinishReason, error: str | None = None
+    state: ResponseState,
+    reason: FinishReason,
+    error: str | None = None,
+    *,
+    completed_at: int | None = None,
 ) -> tuple[ResponseState, list[ev.Event]]:
     """Close every open part and item, then emit exactly one terminal event.
 
@@ -139,7 +143,8 @@ def finish(
     limit of tool calls or generations) → `response.incomplete` with reason `max_messages`;
     `error` → `response.failed` with `error` as its message; `abort` → `response.failed` with
     status `cancelled` (the SDK has no `response.cancelled` event; see specs/README.md). A call
-    still pending never got its result: it ends `incomplete`.
+    still pending never got its result: it ends `incomplete`. `completed_at` (Unix seconds,
+    read by the caller: the reducer has no clock) goes on a completed response.
     """
     if state.finished:
         raise ReducerUsageError(
@@ -164,7 +169,10 @@ def finish(
         state = settle_call(state, out, "incomplete")
     base = attrs.evolve(state.response, output=state.output, usage=_usage(state))
     if reason == "stop":
-        out.emit(ev.ResponseCompletedEvent, response=attrs.evolve(base, status="completed"))
+        out.emit(
+            ev.ResponseCompletedEvent,
+            response=attrs.evolve(base, status="completed", completed_at=completed_at),
+        )
     elif reason in ("length", "tool_limit"):
         out.emit(
             ev.ResponseIncompleteEvent,

@@ -3,7 +3,8 @@ OpenAI Responses API sends, plus compact JSON text.
 
 Serialisation lives here, at the edge, so events stay plain values without `to_json` methods.
 Optional fields (default None) are left out of the JSON, except on `Response`, which the API
-sends with explicit nulls (`usage: null` until the terminal event). Reading is strict: a field
+sends with explicit nulls (`usage: null` until the terminal event), and the required-but-nullable
+fields marked `_model.NULLABLE`. Reading is strict: a field
 of the wrong type is an error that names its path (`$.item.call_id`), never a silent `str()`.
 """
 
@@ -100,11 +101,11 @@ _exactly(tuple[()], _empty)
 
 def _unstructure_fn(cls: type) -> Any:
     keep_nulls = cls is m.Response
-    # A field marked `wire_null` is one the API always sends, null or not.
+    # A field marked `_model.NULLABLE` is one the API always sends, null or not.
     omit = {
         a.name: override(omit_if_default=True)
         for a in attrs.fields(cls)
-        if a.default is None and not keep_nulls and not a.metadata.get("wire_null")
+        if a.default is None and not keep_nulls and not a.metadata.get(m.WIRE_NULL)
     }
     # cattrs takes per-field overrides as keywords, which its stubs cannot express.
     return make_dict_unstructure_fn(

@@ -28,7 +28,7 @@ server then closes the response with `close("abort", ...)`.
 
 from __future__ import annotations
 
-from collections.abc import AsyncGenerator, AsyncIterator, Iterator
+from collections.abc import AsyncGenerator, AsyncIterator, Callable, Iterator
 from typing import TYPE_CHECKING, Any
 
 import anyio
@@ -407,8 +407,12 @@ def generation_for(
     grammar: Grammar,
     response: Response,
     agent: AgentRun | None,
+    *,
+    clock: Callable[[], float] | None = None,
 ) -> Generation | AgentGeneration:
-    """The driver's plain `Generation`, or the agent loop when the request has server tools."""
+    """The driver's plain `Generation`, or the agent loop when the request has server tools.
+
+    `clock` stamps `completed_at` on a plain generation's completed response."""
     if agent is None:
-        return Generation(source, generation, grammar, response)
+        return Generation(source, generation, grammar, response, clock=clock)
     return AgentGeneration(source, request, generation, grammar, response, agent)

@@ -323,6 +323,7 @@ class ResponseService:
             prepared.grammar,
             prepared.response,
             prepared.agent,
+            clock=self.clock,
         )
         try:
             if run.logged and isinstance(self.store, InputStore):

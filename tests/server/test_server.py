@@ -389,3 +389,10 @@ def test_bad_json_and_unknown_model_and_unknown_ids(server: Server) -> None:
     assert reply.status_code == 400 and reply.json()["error"]["param"] == "starting_after"
     reply = httpx.get(f"{server.url}/v1/nothing-here")
     assert reply.status_code == 404 and "error" in reply.json()
+
+
+def test_completed_response_has_completed_at(server: Server) -> None:
+    """Bug (issue 13, item 6): `completed_at` was null on completed responses."""
+    response = server.client.responses.create(model="greeting", input="hi")
+    assert response.status == "completed"
+    assert response.completed_at is not None and response.completed_at >= response.created_at
