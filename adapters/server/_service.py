@@ -54,6 +54,7 @@ from ._input_items import input_item_page, listed_items
 from ._limits import ServerLimits, check_body, shown
 from ._logwriter import LogWriter
 from ._recovery import damaged_responses, end_interrupted
+from ._references import resolve_references
 from ._render import Renderer
 from ._run import CLIENT_LEFT, Run
 from ._store import EventRecord, EventStore, InputStore, StoreError
@@ -184,6 +185,7 @@ class ResponseService:
         check_body(body, self.limits)
         if body_bytes is None:
             body_bytes = len(json.dumps(body))
+        body = await resolve_references(self.store, body)
         previous = body.get("previous_response_id") if isinstance(body, dict) else None
         earlier: list[Any] = []
         if isinstance(previous, str) and previous:
