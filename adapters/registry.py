@@ -102,10 +102,27 @@ class ReplayEngine:
         return self._source(model)[1]
 
     def generate(self, request: GenerationRequest) -> AsyncIterator[TokenChunk]:
-        return self._source(request.model)[0].generate(request)
+        chunks = self._source(request.model)[0].generate(request)
+        sampling = request.sampling
+        if sampling.logprobs or sampling.top_logprobs:
+            return chunks
+        # A recorded trace may carry logprobs; like a live engine, send them only when asked.
+        return _without_logprobs(chunks)
 
     def engine(self) -> Engine:
         return Engine(source=self, grammar=self.grammar)
+
+
+async def _without_logprobs(chunks: AsyncIterator[TokenChunk]) -> AsyncIterator[TokenChunk]:
+    try:
+        async for chunk in chunks:
+            if chunk.logprobs is not None or chunk.top_logprobs is not None:
+                chunk = attrs.evolve(chunk, logprobs=None, top_logprobs=None)
+            yield chunk
+    finally:
+        aclose = getattr(chunks, "aclose", None)
+        if aclose is not None:
+            await aclose()
 
 
 def replay_engine(args: argparse.Namespace) -> Engine:

@@ -218,6 +218,8 @@ class ResponseService:
         sampling = SamplingParams(
             temperature=1.0 if request.temperature is None else request.temperature,
             top_p=1.0 if request.top_p is None else request.top_p,
+            logprobs=request.logprobs,
+            top_logprobs=(request.top_logprobs or 0) if request.logprobs else 0,
         )
         response = Response(
             id=response_id,

@@ -4,9 +4,9 @@ No HTTP stack needed: `streamfold record` renders prompts from these too.
 
 The request shapes follow the Responses API (openai-python `response_create_params`): `input` is
 a string or a list of items (messages with string or `input_text`/`output_text` content,
-`function_call`, `function_call_output`, `reasoning`), tools are function tools. Unknown
-top-level fields are ignored, as clients send options this server does not act on (`include`,
-`user`, `text`, ...); a value of the wrong type is refused with the OpenAI error JSON naming the
+`function_call`, `function_call_output`, `reasoning`), tools are function tools. `include`
+and `top_logprobs` ask for logprobs. Unknown top-level fields are ignored, as clients send
+options this server does not act on (`user`, `text`, ...); a value of the wrong type is refused with the OpenAI error JSON naming the
 field in `param`. `previous_response_id` is read here and resolved by the server against its
 store (`server/_conversation.py`). Server-side tools (`mcp`, `web_search_preview`,
 `code_interpreter`) and the agent loop's input items are typed in `agent/_params.py` and
@@ -44,6 +44,8 @@ from ..agent._params import (
 )
 
 __all__ = [
+    "INCLUDABLE",
+    "LOGPROBS_INCLUDE",
     "CreateRequest",
     "FunctionCallInput",
     "FunctionCallOutputInput",
@@ -153,6 +155,24 @@ class ReasoningInput:
         return "".join(part.text for part in (self.content or self.summary))
 
 
+#: The `include` value that asks for logprobs on output text.
+LOGPROBS_INCLUDE = "message.output_text.logprobs"
+#: Every value the API's `include` takes (openai `ResponseIncludable`); only the logprobs one
+#: changes what this server sends, the others name data it has none of or always sends.
+INCLUDABLE = frozenset(
+    {
+        "file_search_call.results",
+        "web_search_call.results",
+        "web_search_call.action.sources",
+        "message.input_image.image_url",
+        "computer_call_output.output.image_url",
+        "code_interpreter_call.outputs",
+        "reasoning.encrypted_content",
+        LOGPROBS_INCLUDE,
+    }
+)
+MAX_TOP_LOGPROBS = 20
+
 InputItem: TypeAlias = (
     MessageInput | FunctionCallInput | FunctionCallOutputInput | ReasoningInput | AgentInputItem
 )
@@ -190,6 +210,13 @@ class CreateRequest:
     def server_tools(self) -> tuple[ServerToolParam, ...]:
         """The tools the server runs for the model (the agent loop's)."""
         return tuple(tool for tool in self.tools if not isinstance(tool, FunctionTool))
+    include: tuple[str, ...] = ()
+    top_logprobs: int | None = None
+
+    @property
+    def logprobs(self) -> bool:
+        """Whether the answer's text carries logprobs (`include` asks for them)."""
+        return LOGPROBS_INCLUDE in self.include
 
 
 # --- the converter -------------------------------------------------------------------------
@@ -337,6 +364,15 @@ def _tool_choice(value: Any, _: Any) -> Any:
     return _converter.structure(value, ToolChoiceFunction)
 
 
+def _strings(value: Any, _: Any) -> tuple[str, ...]:
+    # A bare string is a sequence too, but `"abc"` is not the array `["abc"]`.
+    if not isinstance(value, list):
+        raise TypeError(f"expected an array of strings, got {_json_type(value)}")
+    strings: list[str] = _converter.structure(value, list[str])
+    return tuple(strings)
+
+
+_exactly(tuple[str, ...], _strings)
 _function_tool = make_dict_structure_fn(FunctionTool, _converter)
 _exactly(
     dict[str, object] | None,
@@ -396,6 +432,17 @@ def _check(request: CreateRequest, earlier: tuple[InputItem, ...] = ()) -> None:
         raise RequestError(
             f"max_output_tokens must be at least 1, got {request.max_output_tokens}",
             param="max_output_tokens",
+        )
+    for i, value in enumerate(request.include):
+        if value not in INCLUDABLE:
+            raise RequestError(
+                f"include[{i}] must be one of {', '.join(sorted(INCLUDABLE))}; got {value!r}",
+                param=f"include[{i}]",
+            )
+    if request.top_logprobs is not None and not 0 <= request.top_logprobs <= MAX_TOP_LOGPROBS:
+        raise RequestError(
+            f"top_logprobs must be between 0 and {MAX_TOP_LOGPROBS}, got {request.top_logprobs}",
+            param="top_logprobs",
         )
     if request.background and request.store is False:
         raise RequestError(
