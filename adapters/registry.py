@@ -25,9 +25,12 @@ from streamfold.engines import (
     TokenSource,
     TraceDirectorySource,
     TraceFormatError,
+    read_trace,
 )
 from streamfold.statemachine import StreamfoldError
 from streamfold.statemachine._grammar import Grammar
+
+from .replay_turns import conversation_turn, turn_files
 
 __all__ = [
     "ENGINES",
@@ -68,7 +71,9 @@ def bundled_traces_dir() -> Path:
 
 
 class ReplayEngine:
-    """Replays `DIR/<model>.jsonl` for a request whose model is `<model>`.
+    """Replays `DIR/<model>.jsonl` for a request whose model is `<model>`, or, when `DIR/<model>/`
+    is a conversation directory (`0.jsonl`, `1.jsonl`, ...), the trace of the conversation's
+    turn, so a client's tool loop ends with the recorded answer (`replay_turns.py`).
 
     Traces are read once and kept; `delay` seconds pass before each chunk, to stand in for a
     real engine's pace.
@@ -78,11 +83,16 @@ class ReplayEngine:
         self.directory = TraceDirectorySource(directory, delay=delay)  # checks the directory
         self.delay = delay
 
+    def models(self) -> list[str]:
+        root = self.directory.directory
+        conversations = [p.name for p in root.iterdir() if p.is_dir() and turn_files(p)]
+        return sorted([*self.directory.models(), *conversations])
+
     @functools.cache  # noqa: B019 - one engine per server; traces are few and small
-    def _source(self, model: str) -> tuple[ReplaySource, Grammar]:
+    def _source(self, model: str) -> tuple[tuple[ReplaySource, ...], Grammar]:
         from streamfold.adapters.grammars import grammar_for
 
-        served = self.directory.models()
+        served = self.models()
         if model not in served:  # also keeps `x.golden` (expected events, not a trace) out
             # Neither the directory (a path on this machine) nor a huge name is echoed back.
             shown = model if len(model) <= 64 else f"{model[:64]}... ({len(model)} characters)"
@@ -91,18 +101,36 @@ class ReplayEngine:
                 f"the model {shown!r} does not exist: this replay server serves the traces "
                 f"{listed or 'none'}"
             )
+        conversation = self.directory.directory / model
         try:
-            trace = self.directory.trace_for(model)
-            grammar = grammar_for(trace.header, self.directory.directory)
+            if conversation.is_dir():
+                traces = [read_trace(path) for path in turn_files(conversation)]
+                if any(t.header.get("grammar") != "harmony" for t in traces):
+                    raise TraceFormatError(
+                        "a conversation directory replays harmony traces only (turns are read "
+                        "from the harmony prompt)"
+                    )
+            else:
+                traces = [self.directory.trace_for(model)]
+            grammar = grammar_for(traces[0].header, self.directory.directory)
         except TraceFormatError as exc:
             raise UnknownModelError(f"the trace of model {model!r} cannot be replayed") from exc
-        return ReplaySource(trace, delay=self.delay), grammar
+        return tuple(ReplaySource(t, delay=self.delay) for t in traces), grammar
 
     def grammar(self, model: str) -> Grammar:
         return self._source(model)[1]
 
     def generate(self, request: GenerationRequest) -> AsyncIterator[TokenChunk]:
-        chunks = self._source(request.model)[0].generate(request)
+        sources, grammar = self._source(request.model)
+        turn = 0
+        if len(sources) > 1:
+            turn = conversation_turn(request.prompt_token_ids, grammar.vocabulary)
+            if turn >= len(sources):
+                return _fail(
+                    f"the conversation is at turn {turn}, but {request.model!r} recorded "
+                    f"{len(sources)} turn(s) (0-{len(sources) - 1}); start a new conversation"
+                )
+        chunks = sources[turn].generate(request)
         sampling = request.sampling
         if sampling.logprobs or sampling.top_logprobs:
             return chunks
@@ -111,6 +139,10 @@ class ReplayEngine:
 
     def engine(self) -> Engine:
         return Engine(source=self, grammar=self.grammar)
+
+
+async def _fail(message: str) -> AsyncIterator[TokenChunk]:
+    yield TokenChunk(finish_reason="error", error=message)
 
 
 async def _without_logprobs(chunks: AsyncIterator[TokenChunk]) -> AsyncIterator[TokenChunk]:

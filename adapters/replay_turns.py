@@ -1,0 +1,52 @@
+"""Replaying a multi-step conversation: which recorded trace answers which request.
+
+One trace answers one request. A client's tool loop sends several requests in a row (the user's
+question; then the same conversation plus the model's call and the tool's output; ...), so one
+trace per model would answer the tool output with the same call again, until the client's turn
+limit. A *conversation directory* `DIR/<model>/` holds one trace per turn instead: `0.jsonl`
+answers the first request, `1.jsonl` the request that follows one model turn, and so on.
+
+The turn is read from the request's own prompt, so it is the same whether the client sent the
+whole conversation, `previous_response_id` or `item_reference`s: it is the number of model turns
+the prompt already holds, a run of assistant messages followed by something else (a tool's
+output or a user's reply). Parallel calls answered together are one turn. Harmony (gpt-oss)
+prompts only: their roles are in the text (`<|start|>assistant`, `<|start|>functions.f`).
+"""
+
+from __future__ import annotations
+
+import itertools
+import re
+from collections.abc import Sequence
+from pathlib import Path
+
+from streamfold.statemachine._vocab import Vocabulary
+
+__all__ = ["TURN_FILE", "conversation_turn", "turn_files"]
+
+TURN_FILE = re.compile(r"(\d+)\.jsonl")
+_ROLE = re.compile(rb"<\|start\|>([^<\s]+)")
+
+
+def conversation_turn(prompt_token_ids: Sequence[int], vocabulary: Vocabulary) -> int:
+    """How many model turns a harmony prompt already holds."""
+    text = b"".join(vocabulary.bytes_of(token) for token in prompt_token_ids)
+    roles = [match.group(1) for match in _ROLE.finditer(text)]
+    return sum(
+        1
+        for role, following in itertools.pairwise(roles)
+        if role == b"assistant" and following != b"assistant"
+    )
+
+
+def turn_files(directory: Path) -> list[Path]:
+    """The traces of a conversation directory in turn order: `0.jsonl`, `1.jsonl`, ...; the
+    numbers must run from 0 without a gap (else a turn would silently replay the wrong step)."""
+    found = sorted(
+        (int(match.group(1)), path)
+        for path in directory.iterdir()
+        if (match := TURN_FILE.fullmatch(path.name))
+    )
+    if [turn for turn, _ in found] != list(range(len(found))):
+        return []
+    return [path for _, path in found]

@@ -1,0 +1,102 @@
+"""Issue 13, item 7: replay serves a multi-step conversation, so a tool loop ends with an answer.
+
+A conversation directory `DIR/<model>/` holds `0.jsonl`, `1.jsonl`, ...; each request is
+answered by the trace of its turn (the model turns its prompt already holds). Before, replay
+answered a tool's output with the same call again until the client's turn limit.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import openai
+import pytest
+
+from streamfold.adapters.prompt import render_prompt
+from streamfold.adapters.registry import ReplayEngine
+from streamfold.adapters.replay_turns import conversation_turn
+from streamfold.adapters.requests import parse_create_request
+from streamfold.adapters.server import create_app
+from streamfold.vocab import load_harmony_vocabulary
+
+from .helpers import GREETING, WEATHER_CALL, write_traces
+from .serving import serve
+
+ANSWER = (
+    "<|channel|>analysis<|message|>The tool says sunny.<|end|>"
+    "<|start|>assistant<|channel|>final<|message|>It is sunny in Paris.<|return|>"
+)
+TOOLS: Any = [{"type": "function", "name": "get_weather", "parameters": {"type": "object"}}]
+
+
+@pytest.fixture(scope="module")
+def client(tmp_path_factory: pytest.TempPathFactory) -> Iterator[openai.OpenAI]:
+    root = write_traces(tmp_path_factory.mktemp("turns"), {"greeting": GREETING})
+    write_traces(root / "weather", {"0": WEATHER_CALL, "1": ANSWER})
+    write_traces(root / "gappy", {"0": WEATHER_CALL, "2": ANSWER})  # no turn 1: not served
+    with serve(create_app(ReplayEngine(root).engine())) as url:
+        yield openai.OpenAI(base_url=f"{url}/v1", api_key="x", max_retries=0)
+
+
+def _turn(body_input: Any) -> int:
+    request = parse_create_request({"model": "m", "input": body_input, "tools": TOOLS})
+    return conversation_turn(render_prompt(request), load_harmony_vocabulary())
+
+
+def test_turns_count_model_turns_in_the_prompt() -> None:
+    call = {"type": "function_call", "call_id": "c1", "name": "get_weather", "arguments": "{}"}
+    output = {"type": "function_call_output", "call_id": "c1", "output": "sunny"}
+    user = {"role": "user", "content": "Weather?"}
+    assert _turn("Weather?") == 0
+    assert _turn([user, call, output]) == 1
+    parallel = {**call, "call_id": "c2"}
+    assert _turn([user, call, parallel, output, {**output, "call_id": "c2"}]) == 1
+    answer = {"role": "assistant", "content": "Sunny."}
+    assert _turn([user, call, output, answer, user]) == 2
+
+
+def test_a_tool_loop_ends_with_the_recorded_answer(client: openai.OpenAI) -> None:
+    conversation: list[Any] = [{"role": "user", "content": "Weather in Paris?"}]
+    first = client.responses.create(model="weather", input=conversation, tools=TOOLS)
+    call = first.output[-1]
+    assert call.type == "function_call"
+    conversation += [item.to_dict() for item in first.output]
+    conversation.append({"type": "function_call_output", "call_id": call.call_id, "output": "22C"})
+    second = client.responses.create(model="weather", input=conversation, tools=TOOLS)
+    assert second.output_text == "It is sunny in Paris."
+
+
+def test_previous_response_id_counts_the_same_turns(client: openai.OpenAI) -> None:
+    first = client.responses.create(model="weather", input="Weather in Paris?", tools=TOOLS)
+    call = first.output[-1]
+    assert call.type == "function_call"
+    second = client.responses.create(
+        model="weather",
+        previous_response_id=first.id,
+        input=[{"type": "function_call_output", "call_id": call.call_id, "output": "22C"}],
+        tools=TOOLS,
+    )
+    assert second.output_text == "It is sunny in Paris."
+    third = client.responses.create(
+        model="weather", previous_response_id=second.id, input="And tomorrow?", tools=TOOLS
+    )
+    assert third.status == "failed" and third.error is not None
+    assert "turn 2" in third.error.message
+
+
+def test_directories_with_a_gap_in_turns_are_not_served(client: openai.OpenAI) -> None:
+    with pytest.raises(openai.NotFoundError, match="gappy"):
+        client.responses.create(model="gappy", input="hi")
+
+
+def test_single_traces_still_answer_every_turn(client: openai.OpenAI) -> None:
+    reply = client.responses.create(
+        model="greeting",
+        input=[
+            {"role": "user", "content": "hi"},
+            {"role": "assistant", "content": "Hello"},
+            {"role": "user", "content": "hi again"},
+        ],
+    )
+    assert reply.output_text == "Hello there, how can I help?"
