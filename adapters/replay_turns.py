@@ -20,7 +20,7 @@ import re
 from collections.abc import Sequence
 from pathlib import Path
 
-from streamfold.statemachine._vocab import Vocabulary
+from streamfold.statemachine import Vocabulary
 
 __all__ = ["TURN_FILE", "conversation_turn", "turn_files"]
 
