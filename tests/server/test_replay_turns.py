@@ -13,12 +13,12 @@ from typing import Any
 import openai
 import pytest
 
-from streamfold.adapters.prompt import render_prompt
 from streamfold.adapters.registry import ReplayEngine
 from streamfold.adapters.replay_turns import conversation_turn
-from streamfold.adapters.requests import parse_create_request
 from streamfold.adapters.server import create_app
-from streamfold.vocab import load_harmony_vocabulary
+from streamfold.adapters.server.prompt import render_prompt
+from streamfold.adapters.server.requests import parse_create_request
+from streamfold.engines.vocab import load_harmony_vocabulary
 
 from .helpers import GREETING, WEATHER_CALL, write_traces
 from .serving import serve
