@@ -34,6 +34,7 @@ from .replay_turns import conversation_turn, turn_files
 
 __all__ = [
     "ENGINES",
+    "NATIVE_MAX_OUTPUT_TOKENS",
     "Engine",
     "EngineFactory",
     "EngineSetupError",
@@ -53,13 +54,21 @@ class UnknownModelError(StreamfoldError, LookupError):
 @attrs.frozen(kw_only=True)
 class Engine:
     """What the server needs from an engine: a source, and the grammar for a model name
-    (`grammar(model)` raises `UnknownModelError` for a model it does not serve)."""
+    (`grammar(model)` raises `UnknownModelError` for a model it does not serve).
+
+    `max_output_tokens` caps a request that sets none (None: no cap), so that a model that never
+    stops (random weights, a degenerate loop) cannot hold the engine without end."""
 
     source: TokenSource
     grammar: Callable[[str], Grammar]
     # Run once when the server starts, before it reports ready (`GET /health`); None: ready
     # at once.
     warm_up: Callable[[], Awaitable[object]] | None = None
+    max_output_tokens: int | None = None
+
+
+#: `--engine native`'s cap on a request that sets no `max_output_tokens` (`--max-output-tokens`).
+NATIVE_MAX_OUTPUT_TOKENS = 4096
 
 
 EngineFactory = Callable[[argparse.Namespace], Engine]
@@ -238,8 +247,16 @@ def native_engine(args: argparse.Namespace) -> Engine:
     missing = missing_torch_extra("--engine native")
     if missing:
         raise EngineSetupError(missing)
+    cap = getattr(args, "max_output_tokens", None)
+    if cap is not None and cap < 0:
+        raise EngineSetupError(f"--max-output-tokens must be 0 (no cap) or more, got {cap}")
     engine = build_native_engine(model, **native_engine_options(args))
-    return Engine(source=engine, grammar=_harmony_grammar, warm_up=engine.warm_up)
+    return Engine(
+        source=engine,
+        grammar=_harmony_grammar,
+        warm_up=engine.warm_up,
+        max_output_tokens=NATIVE_MAX_OUTPUT_TOKENS if cap is None else (cap or None),
+    )
 
 
 ENGINES: dict[str, EngineFactory] = {

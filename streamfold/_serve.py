@@ -30,6 +30,8 @@ def default_store_path() -> Path:
 def add_serve_parser(
     subparsers: argparse._SubParsersAction[argparse.ArgumentParser],
 ) -> argparse.ArgumentParser:
+    from streamfold.adapters.registry import NATIVE_MAX_OUTPUT_TOKENS
+
     from ._options import add_engine_options
 
     p = subparsers.add_parser(
@@ -46,6 +48,14 @@ def add_serve_parser(
         default=0.0,
         metavar="SECONDS",
         help="replay: pause before each chunk, to mimic an engine's pace",
+    )
+    p.add_argument(
+        "--max-output-tokens",
+        type=int,
+        default=None,
+        metavar="N",
+        help="native: the cap on a request that sets no max_output_tokens (default "
+        f"{NATIVE_MAX_OUTPUT_TOKENS}; 0: no cap). A request's own max_output_tokens is kept",
     )
     p.add_argument("--host", default="127.0.0.1", help="interface to bind (default 127.0.0.1)")
     p.add_argument("--port", type=int, default=8000, help="TCP port (default 8000)")

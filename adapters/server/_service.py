@@ -215,6 +215,9 @@ class ResponseService:
             else ()
         )
         response_id = self.new_id()
+        max_output_tokens = request.max_output_tokens
+        if max_output_tokens is None:
+            max_output_tokens = self.engine.max_output_tokens
         sampling = SamplingParams(
             temperature=1.0 if request.temperature is None else request.temperature,
             top_p=1.0 if request.top_p is None else request.top_p,
@@ -233,7 +236,7 @@ class ResponseService:
             metadata=request.metadata,
             temperature=sampling.temperature,
             top_p=sampling.top_p,
-            max_output_tokens=request.max_output_tokens,
+            max_output_tokens=max_output_tokens,
             reasoning=request.reasoning or ReasoningConfig(effort="medium"),
             background=bool(request.background),
             previous_response_id=request.previous_response_id,
@@ -242,7 +245,7 @@ class ResponseService:
             request_id=response_id,
             prompt_token_ids=prompt,
             model=request.model,
-            max_output_tokens=request.max_output_tokens,
+            max_output_tokens=max_output_tokens,
             sampling=sampling,
             stop_token_ids=stop_token_ids(),
         )
