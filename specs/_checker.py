@@ -25,6 +25,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+from . import _shapes as s
 from . import _wire as w
 from ._items import Items
 from ._tools import ToolProgress
@@ -186,6 +187,7 @@ class _Checker:
             self._phase = 2
 
     def _dispatch(self, position: int, ev: Mapping[str, Any], etype: str, bad: set[str]) -> None:
+        self._client_shapes(ev, etype, bad)
         items = self._items
         if etype in w.LIFECYCLE:
             self._lifecycle(position, ev, etype, bad)
@@ -216,6 +218,34 @@ class _Checker:
     def _item_at(self, ev: Mapping[str, Any], bad: set[str]) -> Any:
         index = None if "output_index" in bad else w.get_index(ev, "output_index")
         return None if index is None else self._items.by_index.get(index)
+
+    def _client_shapes(self, ev: Mapping[str, Any], etype: str, bad: set[str]) -> None:
+        """R29 (keys the API always sends, even as null) and R30 (logprob entries' shape)."""
+        problems: list[tuple[str, str | None]] = []
+        if etype in ("response.output_item.added", "response.output_item.done"):
+            item = ev.get("item")
+            lacking = s.missing_nullable(item, s.ITEM_NULLABLE)
+            if lacking:
+                problems.append(("R29", f"{w.get(item, 'type')} item lacks {', '.join(lacking)}"
+                                        " (the API sends these keys even when null)"))
+            problems.append(("R30", s.item_logprob_problem(item)))
+        elif etype in ("response.content_part.added", "response.content_part.done"):
+            problems.append(("R30", s.part_logprob_problem(ev.get("part"))))
+        elif etype in ("response.output_text.delta", "response.output_text.done"):
+            if "logprobs" not in bad:
+                problems.append(("R30", s.logprob_problem(ev.get("logprobs"), with_bytes=False)))
+        elif etype in w.LIFECYCLE and "response" not in bad:
+            response = ev.get("response")
+            tools = w.get(response, "tools")
+            for i, tool in enumerate(tools if isinstance(tools, list) else []):
+                lacking = s.missing_nullable(tool, s.TOOL_NULLABLE)
+                if lacking:
+                    problems.append(("R29", f"response.tools[{i}] lacks {', '.join(lacking)} "
+                                            "(the API sends these keys even when null)"))
+            problems.append(("R29", s.error_problem(w.get(response, "error"))))
+        for rule, message in problems:
+            if message is not None:
+                self._report(rule, message)
 
     # -- lifecycle --------------------------------------------------------------------------
 

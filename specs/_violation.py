@@ -40,6 +40,8 @@ RULES: dict[str, str] = {
     "R28": "a tool item's last progress event agrees with its done item",
     "R24": "an SSE message's `event:` name equals its data's `type`",
     "R25": "an SSE stream carries JSON events only (no `[DONE]` sentinel)",
+    "R29": "keys the API always sends are present, as null when empty",
+    "R30": "every logprob entry has token, logprob and a top_logprobs array",
 }
 
 

@@ -366,7 +366,11 @@ def test_response_failed_carries_failed_or_cancelled_and_an_error(status: str) -
     events[-1]["type"] = "response.failed"
     events[-1]["response"]["status"] = status
     assert rules(events) == {"R7"}  # no error object yet
-    events[-1]["response"]["error"] = {"code": "server_error", "message": "cancelled"}
+    events[-1]["response"]["error"] = {
+        "code": "server_error",
+        "message": "cancelled",
+        "type": "server_error",
+    }
     assert check(events) == []
     events[-1]["response"]["status"] = "completed"
     assert rules(events) == {"R7"}
@@ -377,7 +381,8 @@ def test_error_may_be_followed_by_response_failed_only() -> None:
     failed = json.loads(json.dumps(events[0]))
     failed["type"] = "response.failed"
     failed["response"].update(
-        status="failed", error={"code": "server_error", "message": "engine died"}
+        status="failed",
+        error={"code": "server_error", "message": "engine died", "type": "server_error"},
     )
     error = {"type": "error", "code": "server_error", "message": "engine died"}
     assert check(renumber([*events, error, failed])) == []
