@@ -1,0 +1,135 @@
+"""The compatibility suite: real clients against `streamfold serve`, over 127.0.0.1.
+
+One `streamfold serve` subprocess (the command users run, on the replay engine) serves the whole
+suite from a trace directory written here:
+
+- `chat`: a reasoning item and an answer (its logprobs are sent only when asked for);
+- `weather`: a conversation directory: turn 0 calls `get_weather`, turn 1 answers from its
+  output (a client's default tool loop runs two steps and ends with the answer);
+- `broken`: the engine fails after a few tokens (a `response.failed` with an `error`).
+
+Where a client is not installed the tests say so: they skip with the install command, and fail
+instead when `STREAMFOLD_EXPECT_CLIENTS=1` (CI sets it), so a CI run cannot pass without them.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+
+from streamfold.engines import TokenChunk, dump_trace
+from tests.server.helpers import encode
+
+CHAT = (
+    "<|channel|>analysis<|message|>The user says hello. Reply kindly.<|end|>"
+    "<|start|>assistant<|channel|>final<|message|>Hello! How can I help you today?<|return|>"
+)
+CHAT_ANSWER = "Hello! How can I help you today?"
+WEATHER_CALL = (
+    "<|channel|>analysis<|message|>I should call get_weather for Paris.<|end|>"
+    "<|start|>assistant<|channel|>commentary to=functions.get_weather <|constrain|>json"
+    '<|message|>{"city":"Paris"}<|call|>'
+)
+WEATHER_ANSWER = (
+    "<|channel|>analysis<|message|>The tool says 22C and sunny.<|end|>"
+    "<|start|>assistant<|channel|>final<|message|>It is 22C and sunny in Paris.<|return|>"
+)
+WEATHER_FINAL = "It is 22C and sunny in Paris."
+BROKEN = "<|channel|>final<|message|>I will fail half way through this"
+BROKEN_ERROR = "the engine ran out of memory"
+
+
+def _write(path: Path, text: str, finish: str = "stop", error: str | None = None) -> None:
+    ids = encode(text)
+    # Every token carries a logprob, as an engine asked for them records; the server sends
+    # them only to requests that include message.output_text.logprobs.
+    chunks = [
+        TokenChunk(token_ids=(t,), logprobs=(-0.5 - (i % 5) / 10,)) for i, t in enumerate(ids)
+    ]
+    header = {
+        "grammar": "harmony",
+        "encoding": "o200k_harmony",
+        "response_id": "resp_client",
+        "model": path.stem,
+        "created_at": 1,
+    }
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(dump_trace(header, chunks, finish, error), encoding="utf-8")  # type: ignore[arg-type]
+
+
+def write_client_traces(root: Path) -> Path:
+    _write(root / "chat.jsonl", CHAT)
+    _write(root / "weather" / "0.jsonl", WEATHER_CALL)
+    _write(root / "weather" / "1.jsonl", WEATHER_ANSWER)
+    _write(root / "broken.jsonl", BROKEN, finish="error", error=BROKEN_ERROR)
+    return root
+
+
+def expect_clients() -> bool:
+    return os.environ.get("STREAMFOLD_EXPECT_CLIENTS") == "1"
+
+
+def missing(what: str, how: str) -> None:
+    """Skip loudly, or fail where the clients are expected (CI)."""
+    message = f"{what} is not installed; {how}"
+    if expect_clients():
+        pytest.fail(f"STREAMFOLD_EXPECT_CLIENTS=1 but {message}", pytrace=False)
+    pytest.skip(message)
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+@pytest.fixture(scope="session")
+def streamfold_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """The base URL (`http://127.0.0.1:PORT/v1`) of a `streamfold serve` subprocess."""
+    traces = write_client_traces(tmp_path_factory.mktemp("client_traces"))
+    port = _free_port()
+    command = [
+        sys.executable,
+        "-m",
+        "streamfold",
+        "serve",
+        "--traces",
+        str(traces),
+        "--port",
+        str(port),
+        "--store",
+        ":memory:",
+        "--log-level",
+        "warning",
+    ]
+    log = tmp_path_factory.mktemp("serve_log") / "stderr.txt"
+    with log.open("wb") as stderr:
+        server = subprocess.Popen(command, stderr=stderr)
+        try:
+            deadline = time.monotonic() + 60
+            while True:
+                try:
+                    httpx.get(f"http://127.0.0.1:{port}/v1/responses/resp_x", timeout=1)
+                    break
+                except httpx.TransportError:
+                    if server.poll() is not None or time.monotonic() > deadline:
+                        raise RuntimeError(
+                            f"streamfold serve did not start: {log.read_text()}"
+                        ) from None
+                    time.sleep(0.1)
+            yield f"http://127.0.0.1:{port}/v1"
+        finally:
+            server.terminate()
+            try:
+                server.wait(timeout=15)
+            except subprocess.TimeoutExpired:
+                server.kill()
+                server.wait()
