@@ -107,6 +107,10 @@ EMPTIEST: dict[type, Any] = {
         id="ci_1", code=None, container_id="cntr_1", status="completed"
     ),
     m.McpCall: m.McpCall(id="mcp_1", name="f", server_label="s", arguments="{}"),
+    m.McpListTools: m.McpListTools(id="mcpl_1", server_label="s"),
+    m.McpApprovalRequest: m.McpApprovalRequest(
+        id="mcpr_1", arguments="{}", name="f", server_label="s"
+    ),
 }
 
 
