@@ -6,11 +6,12 @@ The request shapes follow the Responses API (openai-python `response_create_para
 a string or a list of items (messages with string or `input_text`/`output_text` content,
 `function_call`, `function_call_output`, `reasoning`), tools are function tools. `include`
 and `top_logprobs` ask for logprobs. Unknown top-level fields are ignored, as clients send
-options this server does not act on (`user`, `text`, ...); a value of the wrong type is refused with the OpenAI error JSON naming the
-field in `param`. `previous_response_id` is read here and resolved by the server against its
-store (`server/_conversation.py`). Server-side tools (`mcp`, `web_search_preview`,
-`code_interpreter`) and the agent loop's input items are typed in `agent/_params.py` and
-`agent/_input.py`; they are read by the same converter, so their errors name the field too.
+options this server does not act on (`user`, `text`, ...); a value of the wrong type is refused
+with the OpenAI error JSON naming the field in `param`. `previous_response_id` is read here and
+resolved by the server against its store (`server/_conversation.py`). Server-side tools
+(`mcp`, `web_search_preview`, `code_interpreter`) and the agent loop's input items are typed in
+`agent/_params.py` and `agent/_input.py`; they are read by the same converter, so their errors
+name the field too.
 """
 
 from __future__ import annotations
@@ -200,6 +201,8 @@ class CreateRequest:
     store: bool | None = None
     previous_response_id: str | None = None
     max_tool_calls: int | None = None
+    include: tuple[str, ...] = ()
+    top_logprobs: int | None = None
 
     @property
     def function_tools(self) -> tuple[FunctionTool, ...]:
@@ -210,8 +213,6 @@ class CreateRequest:
     def server_tools(self) -> tuple[ServerToolParam, ...]:
         """The tools the server runs for the model (the agent loop's)."""
         return tuple(tool for tool in self.tools if not isinstance(tool, FunctionTool))
-    include: tuple[str, ...] = ()
-    top_logprobs: int | None = None
 
     @property
     def logprobs(self) -> bool:
