@@ -67,7 +67,7 @@ class Engine:
     max_output_tokens: int | None = None
 
 
-#: `--engine native`'s cap on a request that sets no `max_output_tokens` (`--max-output-tokens`).
+#: `--engine native`'s cap on a request without `max_output_tokens` (`--default-max-output-tokens`).
 NATIVE_MAX_OUTPUT_TOKENS = 4096
 
 
@@ -247,9 +247,11 @@ def native_engine(args: argparse.Namespace) -> Engine:
     missing = missing_torch_extra("--engine native")
     if missing:
         raise EngineSetupError(missing)
-    cap = getattr(args, "max_output_tokens", None)
+    cap = getattr(args, "default_max_output_tokens", None)
     if cap is not None and cap < 0:
-        raise EngineSetupError(f"--max-output-tokens must be 0 (no cap) or more, got {cap}")
+        raise EngineSetupError(
+            f"--default-max-output-tokens must be 0 (no cap) or more, got {cap}"
+        )
     engine = build_native_engine(model, **native_engine_options(args))
     return Engine(
         source=engine,

@@ -50,7 +50,7 @@ def add_serve_parser(
         help="replay: pause before each chunk, to mimic an engine's pace",
     )
     p.add_argument(
-        "--max-output-tokens",
+        "--default-max-output-tokens",
         type=int,
         default=None,
         metavar="N",

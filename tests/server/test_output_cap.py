@@ -1,6 +1,6 @@
 """Issue 13, item 6: `--engine native` had no default `max_output_tokens`, so a random-weight
 model ran to 65k tokens. An engine may now cap requests that set none; native's default is
-`NATIVE_MAX_OUTPUT_TOKENS` (`--max-output-tokens` changes it, 0 removes it)."""
+`NATIVE_MAX_OUTPUT_TOKENS` (`--default-max-output-tokens` changes it, 0 removes it)."""
 
 from __future__ import annotations
 
@@ -57,10 +57,10 @@ def _native(monkeypatch: pytest.MonkeyPatch, *argv: str) -> Any:
 
 def test_native_caps_by_default(monkeypatch: pytest.MonkeyPatch) -> None:
     assert _native(monkeypatch).max_output_tokens == NATIVE_MAX_OUTPUT_TOKENS
-    assert _native(monkeypatch, "--max-output-tokens", "64").max_output_tokens == 64
-    assert _native(monkeypatch, "--max-output-tokens", "0").max_output_tokens is None
-    with pytest.raises(EngineSetupError, match="max-output-tokens"):
-        _native(monkeypatch, "--max-output-tokens", "-1")
+    assert _native(monkeypatch, "--default-max-output-tokens", "64").max_output_tokens == 64
+    assert _native(monkeypatch, "--default-max-output-tokens", "0").max_output_tokens is None
+    with pytest.raises(EngineSetupError, match="default-max-output-tokens"):
+        _native(monkeypatch, "--default-max-output-tokens", "-1")
 
 
 def test_serve_help_names_the_cap(capsys: pytest.CaptureFixture[str]) -> None:
