@@ -145,3 +145,37 @@ def test_init_model_and_record_with_the_native_engine(fresh: Path, tmp_path: Pat
     assert done.returncode == 0, done.stderr[-3000:]
     assert (tmp_path / "tiny" / "model.safetensors").is_file()
     assert "conformant" in done.stdout and "NOT" not in done.stdout
+
+
+def test_a_second_server_on_the_same_store_refuses_cleanly(fresh: Path, tmp_path: Path) -> None:
+    """Issue 19 item 2, from the installed wheel: one store belongs to one server. A second
+    `serve` on the first one's store (on another port) exits 2 with one line and does not
+    touch the store; the first keeps serving."""
+    pytest.importorskip("starlette")
+    pytest.importorskip("uvicorn")
+    import socket
+
+    def free_port() -> int:
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            return int(s.getsockname()[1])
+
+    first_port, second_port = free_port(), free_port()
+    serve = "streamfold serve --store r.sqlite3 --log-level warning --port"
+    done = _run(
+        fresh,
+        tmp_path,
+        f"{serve} {first_port} & first=$!;",
+        "trap 'kill $first' EXIT;",
+        "for i in $(seq 600); do",
+        f"  python -c 'import socket; socket.create_connection((\"127.0.0.1\", {first_port}))'",
+        "    2>/dev/null && break; sleep 0.1; done;",
+        f"set +e; {serve} {second_port} 2>second.err; echo \"second exit $?\"; set -e;",
+        f"python -c 'import urllib.request as u, urllib.error as e\ntry: u.urlopen(\"http://127.0.0.1:{first_port}/v1/responses/resp_none\")\nexcept e.HTTPError as x: print(\"first answers\", x.code)'",
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "second exit 2" in done.stdout, done.stdout
+    lines = (tmp_path / "second.err").read_text().strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("streamfold serve: "), lines
+    assert "in use by another server" in lines[0], lines
+    assert "first answers 404" in done.stdout, done.stdout
