@@ -170,8 +170,10 @@ def test_a_second_server_on_the_same_store_refuses_cleanly(fresh: Path, tmp_path
         "for i in $(seq 600); do",
         f"  python -c 'import socket; socket.create_connection((\"127.0.0.1\", {first_port}))'",
         "    2>/dev/null && break; sleep 0.1; done;",
-        f"set +e; {serve} {second_port} 2>second.err; echo \"second exit $?\"; set -e;",
-        f"python -c 'import urllib.request as u, urllib.error as e\ntry: u.urlopen(\"http://127.0.0.1:{first_port}/v1/responses/resp_none\")\nexcept e.HTTPError as x: print(\"first answers\", x.code)'",
+        f'set +e; {serve} {second_port} 2>second.err; echo "second exit $?"; set -e;',
+        "python -c 'import urllib.request as u, urllib.error as e\ntry: u.urlopen(",
+        f'"http://127.0.0.1:{first_port}/v1/responses/resp_none")',
+        '\nexcept e.HTTPError as x: print("first answers", x.code)\'',
     )
     assert done.returncode == 0, done.stderr[-3000:]
     assert "second exit 2" in done.stdout, done.stdout
