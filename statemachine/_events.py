@@ -15,6 +15,7 @@ from ._model import (
     ContentPart,
     OutputItem,
     Response,
+    SummaryText,
     TextLogprob,
 )
 
@@ -48,6 +49,10 @@ __all__ = [
     "ResponseOutputItemAddedEvent",
     "ResponseOutputItemDoneEvent",
     "ResponseQueuedEvent",
+    "ResponseReasoningSummaryPartAddedEvent",
+    "ResponseReasoningSummaryPartDoneEvent",
+    "ResponseReasoningSummaryTextDeltaEvent",
+    "ResponseReasoningSummaryTextDoneEvent",
     "ResponseReasoningTextDeltaEvent",
     "ResponseReasoningTextDoneEvent",
     "ResponseRefusalDeltaEvent",
@@ -226,6 +231,57 @@ class ResponseReasoningTextDoneEvent:
     item_id: str
     output_index: int
     content_index: int
+    text: str
+
+
+# --- reasoning summaries (gpt-oss has no summariser: the summary is the raw reasoning) -----
+
+
+@attrs.frozen(kw_only=True)
+class ResponseReasoningSummaryPartAddedEvent:
+    type: Literal["response.reasoning_summary_part.added"] = _type(  # type: ignore[assignment]
+        "response.reasoning_summary_part.added"
+    )
+    sequence_number: int
+    item_id: str
+    output_index: int
+    summary_index: int
+    part: SummaryText
+
+
+@attrs.frozen(kw_only=True)
+class ResponseReasoningSummaryPartDoneEvent:
+    type: Literal["response.reasoning_summary_part.done"] = _type(  # type: ignore[assignment]
+        "response.reasoning_summary_part.done"
+    )
+    sequence_number: int
+    item_id: str
+    output_index: int
+    summary_index: int
+    part: SummaryText
+
+
+@attrs.frozen(kw_only=True)
+class ResponseReasoningSummaryTextDeltaEvent:
+    type: Literal["response.reasoning_summary_text.delta"] = _type(  # type: ignore[assignment]
+        "response.reasoning_summary_text.delta"
+    )
+    sequence_number: int
+    item_id: str
+    output_index: int
+    summary_index: int
+    delta: str
+
+
+@attrs.frozen(kw_only=True)
+class ResponseReasoningSummaryTextDoneEvent:
+    type: Literal["response.reasoning_summary_text.done"] = _type(  # type: ignore[assignment]
+        "response.reasoning_summary_text.done"
+    )
+    sequence_number: int
+    item_id: str
+    output_index: int
+    summary_index: int
     text: str
 
 
@@ -425,6 +481,10 @@ Event = (
     | ResponseRefusalDoneEvent
     | ResponseReasoningTextDeltaEvent
     | ResponseReasoningTextDoneEvent
+    | ResponseReasoningSummaryPartAddedEvent
+    | ResponseReasoningSummaryPartDoneEvent
+    | ResponseReasoningSummaryTextDeltaEvent
+    | ResponseReasoningSummaryTextDoneEvent
     | ResponseFunctionCallArgumentsDeltaEvent
     | ResponseFunctionCallArgumentsDoneEvent
     | ResponseWebSearchCallInProgressEvent

@@ -14,7 +14,7 @@ from typing import Any, Literal, NamedTuple, Protocol
 
 from . import _model as m
 from ._fast import replacer
-from ._items import ItemKind, OpenItem, Out, close_item, end_call, open_item, settle
+from ._items import ItemKind, OpenItem, Out, close_item, end_call, open_item, settle, summarises
 from ._kinds import ItemStatus, Outcome
 from ._servertools import NO_SERVER_TOOLS, ServerTools
 from ._text import rope_text
@@ -110,7 +110,13 @@ def close_open(state: ResponseState, out: Out, *, complete: bool) -> ResponseSta
     if complete and state.server_tools.runs(item.kind, item.server_label):
         pending = end_call(out, item, state.grammar.vocabulary)
         return replace_state(state, open=None, call=pending)
-    done = close_item(out, item, state.grammar.vocabulary, complete=complete)
+    done = close_item(
+        out,
+        item,
+        state.grammar.vocabulary,
+        complete=complete,
+        summary=summarises(state.response),
+    )
     return replace_state(state, open=None, output=(*state.output, done))
 
 

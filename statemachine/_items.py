@@ -16,6 +16,8 @@ from __future__ import annotations
 import codecs
 from typing import Any, Literal, NamedTuple
 
+import attrs
+
 from . import _events as ev
 from . import _model as m
 from ._fast import builder, replacer, updater
@@ -37,6 +39,7 @@ __all__ = [
     "grow",
     "open_item",
     "settle",
+    "summarises",
 ]
 
 
@@ -310,15 +313,19 @@ def settle(
     *,
     logprobs: tuple[m.Logprob, ...] = (),
     outcome: Outcome | None = None,
+    summary: bool = False,
 ) -> m.OutputItem:
     """The end of an item whose text is closed: `completed` (after `running`, unless the call
     was pending and `running` went out already) or `failed` progress events, then
-    `output_item.done` with `status`."""
+    `output_item.done` with `status` (a reasoning item with its text as its summary when
+    `summary`, see `close_item`)."""
     row = KINDS[item.kind]
     where = {"item_id": item.item_id, "output_index": item.output_index}
     for progress in row.completed if status == "completed" else row.failed:
         out.emit(progress, **where)
     done = row.build(item, text, status, logprobs, outcome)
+    if summary and isinstance(done, m.ResponseReasoningItem):
+        done = attrs.evolve(done, summary=(m.SummaryText(text=text),))
     out.emit(ev.ResponseOutputItemDoneEvent, output_index=item.output_index, item=done)
     return done
 
@@ -330,13 +337,33 @@ def close_item(
     *,
     complete: bool,
     outcome: Outcome | None = None,
+    summary: bool = False,
 ) -> m.OutputItem:
-    """Emit every close event of `item`; returns the finished item for `response.output`."""
+    """Emit every close event of `item`; returns the finished item for `response.output`.
+
+    With `summary` (the request asked for `reasoning.summary`), a reasoning item also gets its
+    text as summary part 0: gpt-oss has no summariser, and clients that show only summaries
+    (the Vercel AI SDK, LangChain's streaming) would show no reasoning at all. It is sent on
+    close, as one delta, rather than token by token: that keeps the per-token path (and its
+    compiled copy) at one event per token, and the API's own summaries come after the
+    reasoning too."""
     item, text, logprobs = _end_text(out, item, vocab)
+    summary = summary and item.kind == "reasoning"
+    if summary:
+        at = {"item_id": item.item_id, "output_index": item.output_index, "summary_index": 0}
+        out.emit(ev.ResponseReasoningSummaryPartAddedEvent, part=m.SummaryText(text=""), **at)
+        out.emit(ev.ResponseReasoningSummaryTextDeltaEvent, delta=text, **at)
+        out.emit(ev.ResponseReasoningSummaryTextDoneEvent, text=text, **at)
+        out.emit(ev.ResponseReasoningSummaryPartDoneEvent, part=m.SummaryText(text=text), **at)
     if complete:
         run_call(out, item)
     status: ItemStatus = "completed" if complete else "incomplete"
-    return settle(out, item, text, status, logprobs=logprobs, outcome=outcome)
+    return settle(out, item, text, status, logprobs=logprobs, outcome=outcome, summary=summary)
+
+
+def summarises(response: m.Response) -> bool:
+    """Whether the request asked for reasoning summaries (`reasoning.summary`)."""
+    return response.reasoning is not None and response.reasoning.summary is not None
 
 
 def run_call(out: Out, item: OpenItem) -> None:

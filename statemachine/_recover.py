@@ -25,7 +25,7 @@ import attrs
 from . import _events as ev
 from . import _model as m
 from ._errors import ReducerUsageError
-from ._items import OpenItem, Out, close_item, emit_opened, end_call, settle
+from ._items import OpenItem, Out, close_item, emit_opened, end_call, settle, summarises
 from ._kinds import KINDS, kind_of_item
 from ._snapshot import TEXT_DELTAS, snapshot
 from ._text import rope_text
@@ -68,18 +68,18 @@ _COMPLETED = tuple(e for row in KINDS.values() for e in row.completed)
 _RUNNING = tuple(e for row in KINDS.values() for e in row.running)
 
 
-def _owed(item: OpenItem, sent: list[ev.Event]) -> list[ev.Event]:
+def _owed(item: OpenItem, sent: list[ev.Event], summary: bool) -> list[ev.Event]:
     """The events of `item` after its `added` that the reducer would still send, given the
     non-delta ones the prefix already holds (`sent`, in order)."""
     scratch = Out(0)
     emit_opened(scratch, item)
     if any(isinstance(e, _COMPLETED) for e in sent):
-        close_item(scratch, item, _NO_VOCABULARY, complete=True)
+        close_item(scratch, item, _NO_VOCABULARY, complete=True, summary=summary)
     elif any(isinstance(e, _RUNNING) for e in sent):
         pending = end_call(scratch, item, _NO_VOCABULARY)
         settle(scratch, pending, rope_text(pending.text), "incomplete")
     else:
-        close_item(scratch, item, _NO_VOCABULARY, complete=False)
+        close_item(scratch, item, _NO_VOCABULARY, complete=False, summary=summary)
     expected = scratch.events
     if [type(e) for e in sent] != [type(e) for e in expected[: len(sent)]]:
         raise ReducerUsageError(
@@ -124,7 +124,8 @@ def close_interrupted(events: Iterable[ev.Event], error: str) -> list[ev.Event]:
         owed.append(ev.ResponseInProgressEvent(sequence_number=0, response=events[0].response))
     closed: dict[int, m.OutputItem] = {}
     for index, item in sorted(added.items()):
-        tail = _owed(_open_item(item, index, "".join(texts.get(index, ()))), sent[index])
+        opened = _open_item(item, index, "".join(texts.get(index, ())))
+        tail = _owed(opened, sent[index], summarises(events[0].response))
         owed += tail
         closed[index] = tail[-1].item  # type: ignore[union-attr]
     so_far = snapshot(events)

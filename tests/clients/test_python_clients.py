@@ -144,9 +144,27 @@ def _joined(chunks: Any) -> Any:
     return full
 
 
+def _reasoning_summaries(message: Any) -> list[str]:
+    return [
+        part["text"]
+        for block in message.content
+        if isinstance(block, dict) and block.get("type") == "reasoning"
+        for part in block.get("summary", [])
+    ]
+
+
 def test_langchain_invoke_and_stream(chat_model: Any) -> None:
     assert chat_model("chat").invoke("Hello").text == CHAT_ANSWER
     assert _joined(chat_model("chat").stream("Hello")).text == CHAT_ANSWER
+
+
+def test_langchain_streaming_shows_reasoning_when_a_summary_is_asked_for(chat_model: Any) -> None:
+    """LangChain's streaming keeps only reasoning summaries: the server sends gpt-oss's raw
+    reasoning as the summary when `reasoning.summary` is set."""
+    model = chat_model("chat", reasoning={"effort": "low", "summary": "auto"})
+    full = _joined(model.stream("Hello"))
+    assert full.text == CHAT_ANSWER
+    assert "".join(_reasoning_summaries(full)) == "The user says hello. Reply kindly."
 
 
 @pytest.mark.parametrize("streaming", [False, True])
