@@ -239,7 +239,7 @@ class ResponseReasoningTextDoneEvent:
 
 @attrs.frozen(kw_only=True)
 class ResponseReasoningSummaryPartAddedEvent:
-    type: Literal["response.reasoning_summary_part.added"] = _type(  # type: ignore[assignment]
+    type: Literal["response.reasoning_summary_part.added"] = _type(
         "response.reasoning_summary_part.added"
     )
     sequence_number: int
@@ -251,7 +251,7 @@ class ResponseReasoningSummaryPartAddedEvent:
 
 @attrs.frozen(kw_only=True)
 class ResponseReasoningSummaryPartDoneEvent:
-    type: Literal["response.reasoning_summary_part.done"] = _type(  # type: ignore[assignment]
+    type: Literal["response.reasoning_summary_part.done"] = _type(
         "response.reasoning_summary_part.done"
     )
     sequence_number: int
@@ -263,7 +263,7 @@ class ResponseReasoningSummaryPartDoneEvent:
 
 @attrs.frozen(kw_only=True)
 class ResponseReasoningSummaryTextDeltaEvent:
-    type: Literal["response.reasoning_summary_text.delta"] = _type(  # type: ignore[assignment]
+    type: Literal["response.reasoning_summary_text.delta"] = _type(
         "response.reasoning_summary_text.delta"
     )
     sequence_number: int
@@ -275,7 +275,7 @@ class ResponseReasoningSummaryTextDeltaEvent:
 
 @attrs.frozen(kw_only=True)
 class ResponseReasoningSummaryTextDoneEvent:
-    type: Literal["response.reasoning_summary_text.done"] = _type(  # type: ignore[assignment]
+    type: Literal["response.reasoning_summary_text.done"] = _type(
         "response.reasoning_summary_text.done"
     )
     sequence_number: int
