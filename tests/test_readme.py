@@ -117,7 +117,8 @@ def _shell(code: str, tmp: Path, port: int) -> str:
             )
         lines.append(command)
     script = "\n".join(lines)
-    script = script.replace(".venv/bin/", f"{BIN}/").replace("/tmp/", f"{tmp}/")
+    # /tmp/ first: the checkout itself may live under /tmp (CI), and its venv path must stay.
+    script = script.replace("/tmp/", f"{tmp}/").replace(".venv/bin/", f"{BIN}/")
     return script.replace("8000", str(port))
 
 
