@@ -136,15 +136,18 @@ def test_the_readme_has_code_blocks_to_run() -> None:
 
 def _missing_extras(code: str) -> list[str]:
     """Extras a block's (dropped) install step names whose packages are not importable here."""
-    import importlib.util
+    import importlib.metadata
     import tomllib
 
     project = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))["project"]
     missing = []
     for extra in sorted(_extras(code)):
         for requirement in project["optional-dependencies"].get(extra, []):
-            name = re.split(r"[<>=!~;\[ ]", requirement, maxsplit=1)[0].replace("-", "_")
-            if importlib.util.find_spec(name) is None:
+            # By distribution, not import name: openai-agents imports as `agents`.
+            name = re.split(r"[<>=!~;\[ ]", requirement, maxsplit=1)[0]
+            try:
+                importlib.metadata.distribution(name)
+            except importlib.metadata.PackageNotFoundError:
                 missing.append(extra)
                 break
     return missing
