@@ -26,6 +26,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.ports import free_port
+
 ROOT = Path(__file__).resolve().parents[1]
 pytestmark = pytest.mark.slow
 
@@ -153,13 +155,6 @@ def test_a_second_server_on_the_same_store_refuses_cleanly(fresh: Path, tmp_path
     touch the store; the first keeps serving."""
     pytest.importorskip("starlette")
     pytest.importorskip("uvicorn")
-    import socket
-
-    def free_port() -> int:
-        with socket.socket() as s:
-            s.bind(("127.0.0.1", 0))
-            return int(s.getsockname()[1])
-
     first_port, second_port = free_port(), free_port()
     serve = "streamfold serve --store r.sqlite3 --log-level warning --port"
     done = _run(

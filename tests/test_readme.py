@@ -31,6 +31,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.ports import free_port
+
 ROOT = Path(__file__).resolve().parents[1]
 README = ROOT / "README.md"
 BIN = Path(sys.executable).parent
@@ -43,12 +45,6 @@ def blocks() -> list[tuple[str, str, int]]:
     return [
         (m.group(1), m.group(2), text.count("\n", 0, m.start()) + 1) for m in FENCE.finditer(text)
     ]
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def _needs_torch(code: str) -> bool:
@@ -186,7 +182,7 @@ def test_readme_block_runs_as_written(lang: str, code: str, tmp_path: Path) -> N
     missing = _missing_extras(code)
     if missing:
         pytest.skip(f"the block installs extras this environment lacks: {missing}")
-    port = _free_port()
+    port = free_port()
     server = None
     if "8000" in code and "streamfold serve" not in code:
         server = subprocess.Popen(

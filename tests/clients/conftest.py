@@ -15,7 +15,6 @@ instead when `STREAMFOLD_EXPECT_CLIENTS=1` (CI sets it), so a CI run cannot pass
 from __future__ import annotations
 
 import os
-import socket
 import subprocess
 import sys
 import time
@@ -26,6 +25,7 @@ import httpx
 import pytest
 
 from streamfold.engines import TokenChunk, dump_trace
+from tests.ports import free_port
 from tests.server.helpers import encode
 
 CHAT = (
@@ -85,17 +85,11 @@ def missing(what: str, how: str) -> None:
     pytest.skip(message)
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
 @pytest.fixture(scope="session")
 def streamfold_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     """The base URL (`http://127.0.0.1:PORT/v1`) of a `streamfold serve` subprocess."""
     traces = write_client_traces(tmp_path_factory.mktemp("client_traces"))
-    port = _free_port()
+    port = free_port()
     command = [
         sys.executable,
         "-m",

@@ -30,6 +30,7 @@ from streamfold.adapters.server import (
     StoreLockedError,
     create_app,
 )
+from tests.ports import free_port
 
 from .conftest import make_engine
 from .serving import serve
@@ -327,12 +328,6 @@ def test_a_store_is_locked_to_one_owner(tmp_path: Path) -> None:
     SQLiteEventStore(tmp_path / "s.sqlite3").close()  # released on close
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
 def _streamfold(*args: str) -> list[str]:
     return [str(Path(sys.executable).parent / "streamfold"), *args]
 
@@ -342,7 +337,7 @@ def test_a_second_server_on_a_store_in_use_refuses_to_start(
 ) -> None:
     """Regression (issue 19): a second `serve` on a port in use ran its start-up recovery on
     the first server's store before the bind failed, failing a running background response."""
-    store, port = tmp_path / "r.sqlite3", _free_port()
+    store, port = tmp_path / "r.sqlite3", free_port()
     common = ["serve", "--traces", str(trace_dir), "--store", str(store), "--log-level", "warning"]
     first = subprocess.Popen(_streamfold(*common, "--port", str(port), "--replay-delay", "0.05"))
     try:
@@ -356,7 +351,7 @@ def test_a_second_server_on_a_store_in_use_refuses_to_start(
                 assert time.monotonic() < deadline and first.poll() is None
                 time.sleep(0.1)
         running = post(base, {"model": "long", "input": "x", "background": True}).json()["id"]
-        for extra in (["--port", str(port)], ["--port", str(_free_port())]):
+        for extra in (["--port", str(port)], ["--port", str(free_port())]):
             second = subprocess.run(
                 _streamfold(*common, *extra), capture_output=True, text=True, timeout=60
             )
@@ -409,7 +404,7 @@ def test_every_event_a_client_saw_survives_a_kill_and_every_resumed_stream_ends(
     resuming after the last number it saw got nothing and no terminal event (10 of 10)."""
     from streamfold.specs import check
 
-    path, port = tmp_path / "r.sqlite3", _free_port()
+    path, port = tmp_path / "r.sqlite3", free_port()
     base = f"http://127.0.0.1:{port}"
     server = subprocess.Popen(
         _streamfold(
@@ -504,7 +499,7 @@ def test_clients_that_never_read_a_stored_log_hold_one_page_each(
     """Regression (issue 14): `GET ?stream=true` of a finished response loaded the whole log
     and handed it to the socket at once: 10 clients that never read a 118 MB response took
     RSS from 0.9 to 4.5 GB. Now the log is read a page at a time, as the client reads."""
-    port = _free_port()
+    port = free_port()
     base = f"http://127.0.0.1:{port}"
     server = subprocess.Popen(
         _streamfold(

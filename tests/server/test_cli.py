@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import os
-import socket
 import subprocess
 import sys
 import time
@@ -16,14 +15,9 @@ from openai import OpenAI
 
 from streamfold.adapters.registry import bundled_traces_dir
 from streamfold.cli import main
+from tests.ports import free_port
 
 from .helpers import assert_conformant
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 @pytest.mark.skipif(

@@ -6,7 +6,6 @@ from __future__ import annotations
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -22,6 +21,7 @@ from starlette.routing import Mount
 from streamfold.adapters.server import MemoryEventStore, SQLiteEventStore, StoreError, create_app
 from streamfold.specs import check
 from streamfold.statemachine._sse import SSEParser
+from tests.ports import free_port
 
 from .conftest import Server, make_engine
 from .serving import serve
@@ -151,12 +151,6 @@ def test_a_restarted_server_loses_no_finished_response(trace_dir: Path, tmp_path
     second_store.close()
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
 def test_a_response_whose_server_was_killed_is_ended_on_restart(
     trace_dir: Path, tmp_path: Path
 ) -> None:
@@ -164,7 +158,7 @@ def test_a_response_whose_server_was_killed_is_ended_on_restart(
     terminal event; the next server on that store ends it in `response.failed`, keeping the
     text already streamed, so a client retrieving or resuming it is not left waiting."""
     path = tmp_path / "responses.sqlite3"
-    port = _free_port()
+    port = free_port()
     streamfold = Path(sys.executable).parent / "streamfold"
     process = subprocess.Popen(
         [str(streamfold), "serve", "--traces", str(trace_dir), "--replay-delay", "0.05",
