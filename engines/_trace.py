@@ -92,8 +92,9 @@ class Trace:
 # validator could object to: non-negative integers without leading zeros, no other field. Such
 # lines, nearly all of a trace, skip `json.loads` and the checks (they would pass them and give
 # the same chunk); every other line, good or bad, takes the general path and its errors. A line
-# seen before gives the same chunk again: chunks are frozen, and most tokens recur.
-_PLAIN_CHUNK = re.compile(r'\{"token_ids":\[((?:0|[1-9][0-9]*)(?:,(?:0|[1-9][0-9]*))*)\]\}')
+# seen before gives the same chunk again: chunks are frozen, and most tokens recur. The line
+# may end in its newline, as `read_trace` hands lines on (without `\n?` no file line matched).
+_PLAIN_CHUNK = re.compile(r'\{"token_ids":\[((?:0|[1-9][0-9]*)(?:,(?:0|[1-9][0-9]*))*)\]\}\n?')
 
 
 def _fail(where: str, message: str) -> TraceFormatError:

@@ -4,9 +4,10 @@ only wires them, and imports heavy parts (torch, the server) only for the comman
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import logging
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 __all__ = ["main"]
@@ -62,12 +63,63 @@ def _run_replay(args: argparse.Namespace) -> int:
 
 
 def _bundled_traces() -> Path:
-    import streamfold.specs
+    # Found without importing streamfold.specs: its package imports the whole checker, which
+    # `replay` does not need (benchmarks/bench_cli.py times replay as a whole process).
+    spec = importlib.util.find_spec("streamfold.specs")
+    assert spec is not None and spec.submodule_search_locations is not None
+    return Path(next(iter(spec.submodule_search_locations))) / "traces"
 
-    return Path(streamfold.specs.__file__).parent / "traces"
+
+def _add_check(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    try:
+        from streamfold._check import add_check_parser
+    except ImportError:
+        return
+    add_check_parser(subparsers)
 
 
-def _parser() -> argparse.ArgumentParser:
+def _add_serve(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    from streamfold._serve import add_serve_parser
+
+    add_serve_parser(subparsers)
+
+
+def _add_record(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    from streamfold._record import add_record_parser
+
+    add_record_parser(subparsers)
+
+
+def _add_init_model(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    from streamfold._init_model import add_init_model_parser
+
+    add_init_model_parser(subparsers)
+
+
+#: Every subcommand, in the order `streamfold --help` lists them, and what registers it.
+_SUBCOMMANDS: dict[str, Callable[[argparse._SubParsersAction[argparse.ArgumentParser]], None]] = {
+    "check": _add_check,
+    "replay": _add_replay,
+    "serve": _add_serve,
+    "record": _add_record,
+    "init-model": _add_init_model,
+}
+
+
+def _chosen(argv: Sequence[str]) -> str | None:
+    """The subcommand `argv` names (its first argument that is not an option), if any."""
+    first = next((a for a in argv if not a.startswith("-")), None)
+    return first if first in _SUBCOMMANDS else None
+
+
+def _parser(argv: Sequence[str] = ()) -> argparse.ArgumentParser:
+    """The whole command line; when `argv` names a subcommand, only that one is built in full.
+
+    Registering a subcommand imports what its options need (the checker's rules, the engine
+    registry, the server's limits): a quarter of a second that `streamfold replay` paid before
+    reading its first line. The others are then registered by name alone, so a mistyped or
+    misplaced name still gets argparse's usual error.
+    """
     from streamfold import __version__
 
     parser = argparse.ArgumentParser(
@@ -76,20 +128,12 @@ def _parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--version", action="version", version=f"streamfold {__version__}")
     subparsers = parser.add_subparsers(dest="command", required=True)
-    try:
-        from streamfold._check import add_check_parser
-    except ImportError:
-        pass
-    else:
-        add_check_parser(subparsers)
-    _add_replay(subparsers)
-    from streamfold._init_model import add_init_model_parser
-    from streamfold._record import add_record_parser
-    from streamfold._serve import add_serve_parser
-
-    add_serve_parser(subparsers)
-    add_record_parser(subparsers)
-    add_init_model_parser(subparsers)
+    chosen = _chosen(argv)
+    for name, add in _SUBCOMMANDS.items():
+        if chosen is None or name == chosen:
+            add(subparsers)
+        else:
+            subparsers.add_parser(name)
     return parser
 
 
@@ -106,7 +150,9 @@ def _show_progress() -> None:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    args = _parser().parse_args(argv)
+    if argv is None:
+        argv = sys.argv[1:]
+    args = _parser(argv).parse_args(argv)
     _show_progress()
     try:
         return int(args.run(args))

@@ -16,7 +16,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from streamfold.engines import Trace, TraceFormatError, _trace, parse_trace
+from streamfold.engines import Trace, TraceFormatError, _trace, parse_trace, read_trace
 
 TRACES = Path(__file__).resolve().parents[2] / "specs" / "traces"
 HEADER = (
@@ -99,7 +99,32 @@ _line = st.one_of(
 )
 
 
-@given(st.lists(_line, max_size=8), st.booleans())
-def test_fast_and_general_paths_agree_on_any_lines(lines: list[str], header: bool) -> None:
-    lines = [HEADER, *lines] if header else lines
+@given(st.lists(_line, max_size=8), st.booleans(), st.sampled_from(["", "\n", "\r\n", " \n"]))
+def test_fast_and_general_paths_agree_on_any_lines(
+    lines: list[str], header: bool, end: str
+) -> None:
+    """Also with each line's ending as a file gives it (`read_trace` keeps the newline)."""
+    lines = [line + end for line in ([HEADER, *lines] if header else lines)]
     assert _outcome(lines) == _general(lines)
+
+
+def test_a_trace_file_takes_the_fast_path(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Regression: `read_trace` hands lines on with their newline, which the fast path's pattern
+    once refused, so every chunk line of every file went through `json.loads` (replay 3x slower
+    in benchmarks/bench_cli.py, and no test noticed). Only the header and finish lines may."""
+    path = tmp_path / "t.jsonl"
+    path.write_text(
+        HEADER + '\n{"token_ids":[5]}\n{"token_ids":[7,8]}\n{"finish_reason":"stop"}\n',
+        encoding="utf-8",
+    )
+    decoded: list[str] = []
+    real_loads = _trace.json.loads
+
+    def loads(text: str) -> object:
+        decoded.append(text)
+        return real_loads(text)
+
+    monkeypatch.setattr(_trace.json, "loads", loads)
+    trace = read_trace(path)
+    assert [c.token_ids for c in trace.chunks] == [(5,), (7, 8)]
+    assert decoded == [HEADER + "\n", '{"finish_reason":"stop"}\n']

@@ -1,0 +1,92 @@
+"""What each subcommand imports before it works, and that building only its parser changes no
+option (issue 16: `streamfold replay` spent a quarter of a second registering every other
+subcommand, whose options import the checker, the engine registry and the server).
+
+Invariants: `streamfold replay` imports neither the checker (`streamfold.specs`) nor the engine
+registry nor the server; `streamfold check` imports no engine, adapter or server; every
+subcommand's parser is the same (same help, same options) whether the command line names it or
+not.
+"""
+
+from __future__ import annotations
+
+import argparse
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from streamfold import cli
+
+TRACES = Path(__file__).resolve().parents[1] / "specs" / "traces"
+
+_PROBE = """\
+import sys
+from streamfold.cli import main
+status = main(sys.argv[1:])
+print(" ".join(sorted(m for m in sys.modules if m.startswith("streamfold"))), file=sys.stderr)
+raise SystemExit(status)
+"""
+
+
+def _modules_after(*argv: str) -> set[str]:
+    done = subprocess.run(
+        [sys.executable, "-c", _PROBE, *argv],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stderr
+    return set(done.stderr.split())
+
+
+def _heavy(modules: set[str], *prefixes: str) -> list[str]:
+    return sorted(m for m in modules if m.startswith(prefixes))
+
+
+def test_replay_imports_no_checker_registry_or_server() -> None:
+    modules = _modules_after("replay", str(TRACES / "weather_call.jsonl"))
+    assert "streamfold.adapters.grammars" in modules  # the probe saw a real replay
+    assert not _heavy(
+        modules,
+        "streamfold.specs",
+        "streamfold._check",
+        "streamfold._serve",
+        "streamfold._record",
+        "streamfold.adapters.registry",
+        "streamfold.adapters.server",
+        "streamfold.adapters.agent",
+    )
+
+
+def test_check_imports_no_engine_adapter_or_server(tmp_path: Path) -> None:
+    modules = _modules_after("check", str(TRACES / "weather_call.golden.jsonl"))
+    assert "streamfold.specs._checker" in modules
+    assert not _heavy(
+        modules,
+        "streamfold.engines",
+        "streamfold.adapters",
+        "streamfold._serve",
+        "streamfold._record",
+    )
+
+
+def _subparser(parser: argparse.ArgumentParser, name: str) -> argparse.ArgumentParser:
+    action = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+    return action.choices[name]  # type: ignore[no-any-return]
+
+
+@pytest.mark.parametrize("name", list(cli._SUBCOMMANDS))
+def test_a_named_subcommand_gets_its_whole_parser(name: str) -> None:
+    full = cli._parser(())
+    alone = cli._parser([name, "x"])
+    assert _subparser(alone, name).format_help() == _subparser(full, name).format_help()
+    assert full.format_usage() == alone.format_usage()
+
+
+def test_options_before_the_subcommand_still_find_it() -> None:
+    assert cli._chosen(["--version"]) is None
+    assert cli._chosen(["replay", "--format", "sse", "t.jsonl"]) == "replay"
+    assert cli._chosen(["nonsense", "replay"]) is None  # argparse then says what is wrong
