@@ -16,9 +16,10 @@ The trace is a harmony answer of `--tokens` text tokens, one token per chunk (th
 for per-chunk overhead). Contenders are named `SERVER[:HTTP[:LOOP]]`: SERVER `streamfold` (the
 app `streamfold serve` runs, with `--store`) or `peer` (`vllm_peer_server.py`: Starlette, the
 openai SDK's pydantic events, `model_dump_json` per event, one body write per event); HTTP
-`h11` or `httptools` (uvicorn's parsers); LOOP `asyncio` or `uvloop`. A bare name runs the
-stack `streamfold serve` uses. vLLM itself runs uvicorn with httptools and uvloop. Run from the
-repository root:
+`h11` or `httptools` (uvicorn's parsers; streamfold's with its header timeout, as `serve`
+runs them); LOOP `asyncio` or `uvloop`. A bare name runs the stack `streamfold serve` uses
+(httptools and uvloop when installed). vLLM itself runs uvicorn with httptools and uvloop.
+Run from the repository root:
 
     python benchmarks/bench_server.py [--concurrency 10 200] [--streams 400] [--rounds 2]
         [--tokens 100] [--store sqlite|memory] [--contenders streamfold peer:httptools:uvloop]
@@ -70,6 +71,7 @@ def serve(args: argparse.Namespace) -> None:
     import uvicorn
 
     server, http, loop = args.serve.split(":")
+    protocol: Any = None if http == "default" else http
     if server == "peer":
         sys.path.insert(0, str(Path(__file__).resolve().parent))
         from vllm_peer_server import create_peer_app
@@ -77,17 +79,26 @@ def serve(args: argparse.Namespace) -> None:
         app: Any = create_peer_app(args.traces / "bench.jsonl")
     else:
         from streamfold.adapters.registry import ReplayEngine
-        from streamfold.adapters.server import MemoryEventStore, SQLiteEventStore, create_app
+        from streamfold.adapters.server import (
+            MemoryEventStore,
+            ServerLimits,
+            SQLiteEventStore,
+            create_app,
+            uvicorn_http,
+        )
 
         store = MemoryEventStore() if args.store == "memory" else SQLiteEventStore(args.store_path)
         app = create_app(ReplayEngine(args.traces).engine(), store=store)
+        # What `streamfold serve` runs: uvicorn's parser with the header timeout.
+        parser = "auto" if http == "default" else http
+        protocol = uvicorn_http(ServerLimits().header_timeout_s, parser)
     uvicorn.run(
         app,
         host="127.0.0.1",
         port=args.port,
         log_level="warning",
         access_log=False,
-        **({} if http == "default" else {"http": http}),
+        **({} if protocol is None else {"http": protocol}),
         **({} if loop == "default" else {"loop": loop}),
     )
 

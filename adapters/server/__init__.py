@@ -4,7 +4,7 @@ Needs the `server` extra (starlette, uvicorn). `create_app(engine, store=...)` i
 `ENGINES` maps `--engine` names to engine factories; `EventStore` is the event-log interface,
 with `MemoryEventStore` and `SQLiteEventStore`. `ServerLimits` bounds what one request may
 cost; serve the app with `uvicorn_http(limits.header_timeout_s)` as uvicorn's `http` protocol
-for the header timeout.
+for the header timeout (httptools when installed, else h11; `Parser` names one).
 """
 
 from ..registry import (
@@ -17,7 +17,7 @@ from ..registry import (
     replay_engine,
 )
 from ._app import EventStreamResponse, create_app
-from ._http import uvicorn_http
+from ._http import Parser, uvicorn_http
 from ._limits import ServerLimits
 from ._service import Prepared, ResponseService, ServiceNotRunningError
 from ._sqlite import SQLiteEventStore, StoreLockedError
@@ -42,6 +42,7 @@ __all__ = [
     "EventStreamResponse",
     "InputStore",
     "MemoryEventStore",
+    "Parser",
     "Prepared",
     "ReplayEngine",
     "RequestError",

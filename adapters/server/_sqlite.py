@@ -116,6 +116,8 @@ class SQLiteEventStore:
         self._read_lock = threading.Lock()  # the reader connection, one thread at a time
         self._wal_pages = 0
         self._checkpointing = False
+        # What `advance` needs of each response being written and not yet ended (see `_advance`).
+        self._unfinished: dict[str, StoredResponse] = {}
 
     def _connect(self) -> sqlite3.Connection:
         db = sqlite3.connect(str(self.path), check_same_thread=False, isolation_level=None)
@@ -137,77 +139,143 @@ class SQLiteEventStore:
             self._lock_fd = None
 
     @staticmethod
-    def _snapshots(db: sqlite3.Connection, ids: Sequence[str]) -> dict[str, StoredResponse]:
-        marks = ",".join("?" * len(ids))
-        rows = db.execute(
-            "SELECT id, background, finished, last_sequence_number, event FROM responses "
-            f"WHERE id IN ({marks})",
-            list(ids),
-        ).fetchall()
-        return {
-            row[0]: StoredResponse(
-                id=row[0],
-                background=bool(row[1]),
-                finished=bool(row[2]),
-                last_sequence_number=row[3],
-                event=row[4],
-            )
-            for row in rows
-        }
+    def _stored(db: sqlite3.Connection, response_id: str) -> StoredResponse | None:
+        row = db.execute(
+            "SELECT background, finished, event FROM responses WHERE id=?", (response_id,)
+        ).fetchone()
+        if row is None:
+            return None
+        # The row changes with the response's lifecycle only; its last event is the last batch's.
+        last = db.execute(
+            "SELECT last_sequence_number FROM event_batches WHERE response_id=? "
+            "ORDER BY first_sequence_number DESC LIMIT 1",
+            (response_id,),
+        ).fetchone()
+        return StoredResponse(
+            id=response_id,
+            background=bool(row[0]),
+            finished=bool(row[1]),
+            last_sequence_number=-1 if last is None else last[0],
+            event=row[2],
+        )
 
     def _write(self, response_id: str, records: Sequence[EventRecord], background: bool) -> None:
-        self._db.execute("BEGIN")
-        try:
-            self._insert(response_id, records, background)
-        except BaseException:
-            self._db.execute("ROLLBACK")
-            raise
-        self._db.execute("COMMIT")
+        self._write_many([(response_id, records, background)], fail=True)
 
-    def _write_many(self, batches: Sequence[Batch]) -> list[Exception | None]:
-        """One transaction; each batch in a savepoint, so one refused batch spares the rest."""
+    def _write_many(
+        self, batches: Sequence[Batch], *, fail: bool = False
+    ) -> list[Exception | None]:
+        """One transaction for every batch; a batch the store refuses fails alone (`fail`:
+        raise its error instead).
+
+        The common case is two `executemany` (batches rows, and the `responses` rows of the
+        batches that change a response's lifecycle); only when SQLite refuses one of them is
+        the transaction redone batch by batch, each in a savepoint."""
         errors: list[Exception | None] = []
+        planned: list[tuple[Batch, StoredResponse]] = []
+        latest: dict[str, StoredResponse] = {}  # a response may have two batches here
+        for batch in batches:  # refused out-of-order appends cost no statement
+            try:
+                new = self._advance(*batch, latest.get(batch[0]))
+                planned.append((batch, new))
+                latest[new.id] = new
+                errors.append(None)
+            except StoreError as exc:
+                if fail:
+                    raise
+                errors.append(exc)
+        if not planned:
+            return errors
         self._db.execute("BEGIN")
         try:
-            for response_id, records, background in batches:
-                self._db.execute("SAVEPOINT batch")
-                try:
-                    self._insert(response_id, records, background)
-                except (StoreError, sqlite3.Error, ValueError, OverflowError) as exc:
-                    self._db.execute("ROLLBACK TO batch")
-                    errors.append(self._error(exc))
-                else:
-                    errors.append(None)
-                self._db.execute("RELEASE batch")
+            try:
+                self._db.execute("SAVEPOINT fast")
+                self._insert(planned)
+                self._db.execute("RELEASE fast")
+                written = [new for _, new in planned]
+            except (sqlite3.Error, ValueError, OverflowError) as exc:
+                self._db.execute("ROLLBACK TO fast")
+                self._db.execute("RELEASE fast")
+                if fail:
+                    raise self._error(exc) from exc
+                written = self._insert_each(planned, errors)
         except BaseException:
             self._db.execute("ROLLBACK")
             raise
         self._db.execute("COMMIT")
+        for new in written:  # only what is committed is known to be there
+            if new.finished:
+                self._unfinished.pop(new.id, None)
+            else:
+                self._unfinished[new.id] = new
         return errors
+
+    def _insert_each(
+        self, planned: list[tuple[Batch, StoredResponse]], errors: list[Exception | None]
+    ) -> list[StoredResponse]:
+        """The slow path: each batch in a savepoint, so one refused batch spares the rest."""
+        written = []
+        failed: set[str] = set()
+        slots = [i for i, error in enumerate(errors) if error is None]
+        for slot, (batch, new) in zip(slots, planned, strict=True):
+            self._db.execute("SAVEPOINT batch")
+            try:
+                if new.id in failed:  # its earlier batch here was refused: this one has a gap
+                    raise StoreError(f"an earlier batch of {new.id} could not be written")
+                self._insert([(batch, new)])
+            except (StoreError, sqlite3.Error, ValueError, OverflowError) as exc:
+                self._db.execute("ROLLBACK TO batch")
+                errors[slot] = self._error(exc)
+                failed.add(new.id)
+            else:
+                written.append(new)
+            self._db.execute("RELEASE batch")
+        return written
 
     def _error(self, exc: Exception) -> Exception:
         if isinstance(exc, StoreError):
             return exc
         return StoreError(f"writing the response store {self.path} failed: {exc}")
 
-    def _insert(self, response_id: str, records: Sequence[EventRecord], background: bool) -> None:
-        old = self._snapshots(self._db, [response_id]).get(response_id)
-        new = advance(response_id, old, records, background)
-        self._db.execute(
+    def _advance(
+        self,
+        response_id: str,
+        records: Sequence[EventRecord],
+        background: bool,
+        old: StoredResponse | None = None,
+    ) -> StoredResponse:
+        # The snapshot of a response this store is writing is in memory: no read per batch.
+        if old is None:
+            old = self._unfinished.get(response_id)
+        if old is None:
+            old = self._stored(self._db, response_id)
+        return advance(response_id, old, records, background)
+
+    def _insert(self, planned: Sequence[tuple[Batch, StoredResponse]]) -> None:
+        self._db.executemany(
             "INSERT INTO event_batches VALUES (?, ?, ?, ?, ?)",
-            (
-                response_id,
-                records[0].sequence_number,
-                records[-1].sequence_number,
-                "\n".join(r.type for r in records),
-                "\n".join(r.data for r in records),
-            ),
+            [
+                (
+                    response_id,
+                    records[0].sequence_number,
+                    records[-1].sequence_number,
+                    "\n".join(r.type for r in records),
+                    "\n".join(r.data for r in records),
+                )
+                for (response_id, records, _), _ in planned
+            ],
         )
-        self._db.execute(
+        # A response's row changes when its lifecycle does (created, in progress, its end),
+        # not with every batch of deltas: most commits then touch no `responses` page at all.
+        self._db.executemany(
             "INSERT INTO responses VALUES (?, ?, ?, ?, ?) ON CONFLICT(id) DO UPDATE SET "
             "finished=excluded.finished, last_sequence_number=excluded.last_sequence_number, "
             "event=excluded.event",
-            (new.id, new.background, new.finished, new.last_sequence_number, new.event),
+            [
+                (new.id, new.background, new.finished, new.last_sequence_number, new.event)
+                for (_, records, _), new in planned
+                if any(r.lifecycle for r in records)
+            ],
         )
 
     def _checkpoint(self) -> None:
@@ -239,7 +307,7 @@ class SQLiteEventStore:
 
     def _snapshot(self, response_id: str) -> StoredResponse | None:
         with self._read_lock:
-            return self._snapshots(self._reader, [response_id]).get(response_id)
+            return self._stored(self._reader, response_id)
 
     def _list(self) -> list[str]:
         with self._read_lock:
@@ -301,6 +369,7 @@ class SQLiteEventStore:
         self._db.execute("DELETE FROM responses WHERE id=?", (response_id,))
         self._db.execute("DELETE FROM inputs WHERE response_id=?", (response_id,))
         self._db.execute("COMMIT")
+        self._unfinished.pop(response_id, None)
 
     async def save_input(self, response_id: str, items: str) -> None:
         try:

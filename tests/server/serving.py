@@ -11,14 +11,15 @@ from typing import Any
 
 import uvicorn
 
-from streamfold.adapters.server import uvicorn_http
+from streamfold.adapters.server import Parser, uvicorn_http
 
 
 @contextlib.contextmanager
-def serve(app: Any, *, header_timeout_s: float = 10.0) -> Iterator[str]:
+def serve(app: Any, *, header_timeout_s: float = 10.0, parser: Parser = "auto") -> Iterator[str]:
     """Serve `app` until the block ends; yields the base URL (`http://127.0.0.1:PORT`).
 
-    Served as `streamfold serve` serves it: with the header timeout of `uvicorn_http`."""
+    Served as `streamfold serve` serves it: with the header timeout of `uvicorn_http` (and its
+    HTTP parser, unless `parser` names one)."""
     sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     sock.bind(("127.0.0.1", 0))
@@ -28,7 +29,7 @@ def serve(app: Any, *, header_timeout_s: float = 10.0) -> Iterator[str]:
         log_level="warning",
         lifespan="on",
         timeout_graceful_shutdown=5,
-        http=uvicorn_http(header_timeout_s),
+        http=uvicorn_http(header_timeout_s, parser),
     )
     server = uvicorn.Server(config)
     thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)

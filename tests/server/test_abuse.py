@@ -25,6 +25,7 @@ import pytest
 
 from streamfold.adapters.server import (
     MemoryEventStore,
+    Parser,
     ServerLimits,
     SQLiteEventStore,
     StoreLockedError,
@@ -180,20 +181,38 @@ def _closed_within(sock: socket.socket, seconds: float) -> bytes:
     return received
 
 
-def test_half_sent_headers_are_cut_off_at_the_header_timeout(url: str) -> None:
-    silent = _connect(url)  # connects and never sends a byte
-    half = _connect(url)
-    half.sendall(b"POST /v1/responses HTTP/1.1\r\nHost: x\r\n")
-    start = time.monotonic()
-    assert _closed_within(half, 5) == b""
-    assert _closed_within(silent, 5) == b""
-    assert time.monotonic() - start < LIMITS.header_timeout_s + 3
-    # A keep-alive connection that starts a second request and stalls is cut off too.
-    alive = _connect(url)
-    alive.sendall(b"GET /v1/responses/resp_x HTTP/1.1\r\nHost: x\r\n\r\n")
-    time.sleep(0.3)
-    alive.sendall(b"GET /v1/resp")
-    assert b"404" in _closed_within(alive, 5)
+@pytest.mark.parametrize("parser", ["httptools", "h11"])
+def test_half_sent_headers_are_cut_off_at_the_header_timeout(
+    trace_dir: Path, parser: Parser
+) -> None:
+    """Both of uvicorn's parsers get the timer (`streamfold serve` uses httptools when it is
+    installed, h11 otherwise)."""
+    app = create_app(make_engine(trace_dir).engine(), limits=LIMITS)
+    with serve(app, header_timeout_s=LIMITS.header_timeout_s, parser=parser) as url:
+        silent = _connect(url)  # connects and never sends a byte
+        half = _connect(url)
+        half.sendall(b"POST /v1/responses HTTP/1.1\r\nHost: x\r\n")
+        start = time.monotonic()
+        assert _closed_within(half, 5) == b""
+        assert _closed_within(silent, 5) == b""
+        assert time.monotonic() - start < LIMITS.header_timeout_s + 3
+        # A keep-alive connection that starts a second request and stalls is cut off too.
+        alive = _connect(url)
+        alive.sendall(b"GET /v1/responses/resp_x HTTP/1.1\r\nHost: x\r\n\r\n")
+        time.sleep(0.3)
+        alive.sendall(b"GET /v1/resp")
+        assert b"404" in _closed_within(alive, 5)
+        # A request being answered is not cut off, however long its answer takes, even when
+        # the client has already sent the start of its next request (pipelined).
+        slow = _connect(url)
+        body = json.dumps({"model": "slow", "input": "hi", "stream": True}).encode()
+        slow.sendall(
+            b"POST /v1/responses HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+            b"Content-Length: %d\r\n\r\n%s" % (len(body), body)
+        )
+        slow.sendall(b"GET /v1/resp")
+        received = _closed_within(slow, 15)
+        assert b"response.completed" in received, received[-300:]
 
 
 def test_a_body_that_stops_arriving_gets_408(url: str) -> None:

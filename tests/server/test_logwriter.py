@@ -7,7 +7,7 @@ from pathlib import Path
 import anyio
 import pytest
 
-from streamfold.adapters.server import MemoryEventStore, SQLiteEventStore, StoreError
+from streamfold.adapters.server import EventRecord, MemoryEventStore, SQLiteEventStore, StoreError
 from streamfold.adapters.server._logwriter import LogWriter
 
 from .test_store import LOG
@@ -54,3 +54,32 @@ async def test_a_store_without_append_many_gets_one_append_per_batch() -> None:
             tg.start_soon(lambda i=i: writer.write(f"resp_{i}", LOG, background=False))
     for i in range(5):
         assert await store.read(f"resp_{i}") == LOG
+
+
+async def test_a_batch_sqlite_refuses_fails_alone_in_its_group(tmp_path: Path) -> None:
+    """SQLite refuses text with a lone surrogate (it cannot be encoded as UTF-8): the group's
+    one-statement fast path fails, and the batches are then written one by one, so only the
+    refused one fails, and its response can go on from where its log really is."""
+    store = SQLiteEventStore(tmp_path / "r.sqlite3")
+    writer = LogWriter(store)
+    bad = EventRecord(sequence_number=2, type=LOG[2].type, data='{"delta": "\ud800"}')
+    failures: dict[str, Exception] = {}
+
+    async def run(response_id: str, records: list[EventRecord]) -> None:
+        try:
+            await writer.write(response_id, records, background=False)
+        except StoreError as exc:
+            failures[response_id] = exc
+
+    for i in range(3):
+        await writer.write(f"resp_{i}", LOG[:2], background=False)
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(run, "resp_0", LOG[2:5])
+        tg.start_soon(run, "resp_1", [bad])
+        tg.start_soon(run, "resp_2", LOG[2:5])
+    assert list(failures) == ["resp_1"]
+    assert "writing the response store" in str(failures["resp_1"])
+    await writer.write("resp_1", LOG[2:], background=False)
+    assert await store.read("resp_0", 1) == await store.read("resp_2", 1) == LOG[2:5]
+    assert await store.read("resp_1", 1) == LOG[2:]
+    store.close()

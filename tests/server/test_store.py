@@ -119,3 +119,27 @@ def test_sqlite_store_names_the_path_it_cannot_open(tmp_path: Path) -> None:
     blocker.write_text("")
     with pytest.raises(StoreError, match="pass --store"):
         SQLiteEventStore(blocker / "log.sqlite3")
+
+
+async def test_sqlite_snapshot_follows_every_batch_across_reopening(tmp_path: Path) -> None:
+    """The `responses` row is rewritten on lifecycle events only (delta batches touch no row
+    of it): the last sequence number still counts every batch, after a reopen too, where the
+    writer's in-memory snapshots are gone."""
+    path = tmp_path / "log.sqlite3"
+    first = SQLiteEventStore(path)
+    await first.append("resp_1", LOG[:2])
+    for i in range(2, 6):
+        await first.append("resp_1", LOG[i : i + 1])
+        assert (await first.snapshot("resp_1")).last_sequence_number == i
+    first.close()
+    second = SQLiteEventStore(path)
+    snapshot = await second.snapshot("resp_1")
+    assert (snapshot.last_sequence_number, snapshot.finished) == (5, False)
+    assert json.loads(snapshot.event)["type"] == "response.in_progress"
+    with pytest.raises(StoreError, match="sequence number 6"):
+        await second.append("resp_1", LOG[7:8])
+    await second.append("resp_1", LOG[6:])
+    assert await second.read("resp_1") == LOG
+    with pytest.raises(StoreError, match="already ended"):
+        await second.append("resp_1", [record(10)])
+    second.close()
