@@ -8,10 +8,12 @@ from __future__ import annotations
 
 import itertools
 from pathlib import Path
+from typing import Literal
 
 import torch
 
 from .._source import FinishReason, GenerationRequest, TokenChunk
+from .decode_graph import DecodePlan, DecodeRow, StaticDecode
 from .gptoss.model import GptOssModel
 from .gptoss.weights import ExpertMode
 from .paged_attention import PagedAttention, PagedKVCache, StepSequence
@@ -39,7 +41,10 @@ class EngineCore:
         max_num_batched_tokens: int = 4096,
         max_model_len: int | None = None,
         default_stop_token_ids: tuple[int, ...] = GPT_OSS_STOP_TOKEN_IDS,
+        decode: DecodePlan | Literal["auto"] | None = "auto",
     ) -> None:
+        """`decode` runs decode-only steps as fixed-shape steps (`StaticDecode`; CUDA graphs
+        on CUDA with "auto"); None runs them through the same path as prefills."""
         config = model.config
         if num_blocks is None:
             budget = DEFAULT_KV_BYTES if kv_cache_bytes is None else kv_cache_bytes
@@ -77,6 +82,15 @@ class EngineCore:
         # whose every page faulted in (a [64, 128] x [128, 201088] matmul: 354 ms fresh, 275
         # ms into a kept buffer, 1 thread).
         self._logits: torch.Tensor | None = None
+        if decode == "auto":
+            decode = DecodePlan.for_device(model.device, max_num_seqs)
+        self.static_decode = None
+        if decode is not None:
+            self.static_decode = StaticDecode(
+                model, self.cache, self._logits_buffer(max_num_seqs)[:max_num_seqs],
+                max_model_len=self.max_model_len, batch_buckets=decode.batch_buckets,
+                pad_width=decode.pad_width, graphs=decode.graphs, moe=decode.moe,
+            )  # fmt: skip
 
     @classmethod
     def from_pretrained(
@@ -86,7 +100,7 @@ class EngineCore:
         device: torch.device | str = "cpu",
         dtype: torch.dtype = torch.float32,
         experts: ExpertMode = "dequantize",
-        **options: int | tuple[int, ...] | None,
+        **options: int | tuple[int, ...] | DecodePlan | str | None,
     ) -> EngineCore:
         model = GptOssModel.from_pretrained(model_dir, device=device, dtype=dtype, experts=experts)
         return cls(model, **options)  # type: ignore[arg-type]
@@ -165,23 +179,12 @@ class EngineCore:
         if in_use > self.peak_blocks_in_use:  # for KV-memory-per-token reports
             self.peak_blocks_in_use = in_use
             self.tokens_at_peak = sum(len(s.token_ids) for s in batch)
-        layout = [
-            StepSequence(seq_id=s.seq_id, num_cached=s.num_cached, num_new=s.num_new) for s in batch
-        ]
-        positions = self.attention.prepare(layout)
-        ids: list[int] = []
-        last_rows: list[int] = []
-        for s in batch:
-            ids.extend(s.token_ids[s.num_cached :])
-            last_rows.append(len(ids) - 1)
-        device = self.model.device
-        logits = self.model(
-            torch.tensor(ids, device=device),
-            positions,
-            self.attention,
-            logits_at=torch.tensor(last_rows, device=device),
-            out=self._logits_buffer(len(batch)),
-        )
+        if self.static_decode is not None and all(s.num_cached for s in batch):
+            logits = self.static_decode.run(
+                [DecodeRow(s.seq_id, s.token_ids[-1], s.num_cached) for s in batch]
+            )
+        else:
+            logits = self._mixed_step(batch)
         samples = sample(
             logits,
             [s.request.sampling for s in batch],
@@ -213,6 +216,26 @@ class EngineCore:
                 self._finish(seq)
             out.append((seq.request.request_id, chunk))
         return out
+
+    def _mixed_step(self, batch: list[Sequence]) -> torch.Tensor:
+        """The logits of a step with prefills: flat tokens through `PagedAttention`."""
+        layout = [
+            StepSequence(seq_id=s.seq_id, num_cached=s.num_cached, num_new=s.num_new) for s in batch
+        ]
+        positions = self.attention.prepare(layout)
+        ids: list[int] = []
+        last_rows: list[int] = []
+        for s in batch:
+            ids.extend(s.token_ids[s.num_cached :])
+            last_rows.append(len(ids) - 1)
+        device = self.model.device
+        return self.model(
+            torch.tensor(ids, device=device),
+            positions,
+            self.attention,
+            logits_at=torch.tensor(last_rows, device=device),
+            out=self._logits_buffer(len(batch)),
+        )
 
     def _logits_buffer(self, rows: int) -> torch.Tensor:
         if self._logits is None or self._logits.shape[0] < rows:

@@ -23,7 +23,7 @@ from .gptoss.config import GptOssConfig
 from .gptoss.model import attend
 from .kv_blocks import BlockManager
 
-__all__ = ["PagedAttention", "PagedKVCache", "StepSequence"]
+__all__ = ["PagedAttention", "PagedKVCache", "StepSequence", "decode_attention"]
 
 
 @attrs.frozen(kw_only=True)
@@ -65,10 +65,13 @@ class PagedKVCache:
         self.windows = tuple(windows)
         self.block_size = block_size
         depth = max(slots.values())
-        # One more block than the manager hands out: the sink block, always zero (see
-        # PagedAttention); zeros also make padded reads multiply finite values by zero weight.
-        shape = (depth, config.num_key_value_heads, num_blocks + 1, block_size, config.head_dim)
+        # Two more blocks than the manager hands out: the sink block, always zero (see
+        # PagedAttention; zeros also make padded reads multiply finite values by zero weight),
+        # and the trash block, where the padded rows of a fixed-shape decode step write their
+        # K/V (see decode_graph): a write must go somewhere, and not into the sink.
+        shape = (depth, config.num_key_value_heads, num_blocks + 2, block_size, config.head_dim)
         self.sink_block = num_blocks
+        self.trash_block = num_blocks + 1
         self.k = torch.zeros(shape, device=device, dtype=dtype)
         self.v = torch.zeros(shape, device=device, dtype=dtype)
         self.blocks = BlockManager(
@@ -88,8 +91,8 @@ class _GroupLayout:
     write_rows: torch.Tensor  # [W] rows of this step's tokens whose K/V are kept
     write_slots: torch.Tensor  # [W] their flat pool slots (block * block_size + offset)
     decode_blocks: torch.Tensor  # [Bd, nb + 1] blocks to gather; padding and last = sink block
-    decode_mask: torch.Tensor  # [Bd, 1, (nb + 1) * block_size] 0 or -inf, per key slot
-    sink_column: int  # the gathered key slot that is the zero sink key
+    decode_first_pos: torch.Tensor  # [Bd] position of decode_blocks[:, 0]'s first slot
+    decode_q_pos: torch.Tensor  # [Bd] the decoded token's position
 
 
 class PagedAttention:
@@ -137,7 +140,7 @@ class PagedAttention:
     def _group_layout(
         self, g: int, step: Sequence[StepSequence], decodes: list[StepSequence]
     ) -> _GroupLayout:
-        bs, blocks, window = self.cache.block_size, self.cache.blocks, self.cache.windows[g]
+        bs, blocks = self.cache.block_size, self.cache.blocks
         rows: list[int] = []
         slots: list[int] = []
         row = 0
@@ -155,28 +158,20 @@ class PagedAttention:
             table = blocks.table(s.seq_id, g)
             first = blocks.first_needed_position(g, s.num_cached + 1) // bs
             tables.append(table[first:])
-            firsts.append(first)
+            firsts.append(first * bs)
         width = max((len(t) for t in tables), default=0)
         sink = self.cache.sink_block
         gathered = torch.tensor(
             [t + [sink] * (width - len(t) + 1) for t in tables], dtype=torch.long
         ).view(len(decodes), width + 1)
-        # Key position of every gathered slot; the sink block's slots get a huge position so
-        # the causal test masks them, then the sink column is opened below.
-        offsets = torch.arange((width + 1) * bs)
-        k_pos = torch.tensor(firsts, dtype=torch.long)[:, None] * bs + offsets
-        q_pos = torch.tensor([s.num_cached for s in decodes], dtype=torch.long)[:, None]
-        allowed = (k_pos <= q_pos) & (offsets < width * bs)
-        if window is not None:
-            allowed &= k_pos > q_pos - window
-        dtype = self.cache.k.dtype
-        mask = torch.zeros(allowed.shape, dtype=dtype).masked_fill(~allowed, float("-inf"))
         return _GroupLayout(
             write_rows=torch.tensor(rows, dtype=torch.long, device=self.device),
             write_slots=torch.tensor(slots, dtype=torch.long, device=self.device),
             decode_blocks=gathered.to(self.device),
-            decode_mask=mask[:, None, :].to(self.device),
-            sink_column=width * bs,
+            decode_first_pos=torch.tensor(firsts, dtype=torch.long, device=self.device),
+            decode_q_pos=torch.tensor(
+                [s.num_cached for s in decodes], dtype=torch.long, device=self.device
+            ),
         )
 
     def __call__(
@@ -196,23 +191,55 @@ class PagedAttention:
                 q[None, start:end], k[None, start:end], v[None, start:end], pos[None], pos[None],
                 sinks, window,
             )[0]  # fmt: skip
-        n = len(self._decode_rows)
-        if n:
-            heads = q.shape[1]
-            group_size = heads // kv_heads
-            # index_select copies whole blocks (memcpy rows), where advanced indexing went
-            # element by element: it was the costliest op of a decode step.
-            blocks = layout.decode_blocks.view(-1)
-            keys = k_pool.index_select(1, blocks).view(kv_heads, n, -1, d)
-            values = v_pool.index_select(1, blocks).view(kv_heads, n, -1, d)
-            # One query per sequence: grouped matmuls beat the fused SDPA kernel here
-            # (0.33 vs 0.57 ms for 16 x 300 keys on 2 CPU threads), and need no K/V repeat.
-            queries = q[self._decode_rows].view(n, kv_heads, group_size, d).transpose(0, 1)
-            scores = torch.matmul(queries, keys.transpose(-1, -2))  # [kv_heads, n, group, L]
-            scores.mul_(d**-0.5).add_(layout.decode_mask)
-            # The sink column's key is the zero sink block, so its score is exactly the sink.
-            scores[..., layout.sink_column] = sinks.to(scores.dtype).view(kv_heads, 1, group_size)
-            weights = torch.softmax(scores, dim=-1, dtype=torch.float32).to(values.dtype)
-            attended = torch.matmul(weights, values)  # [kv_heads, n, group, D]
-            out[self._decode_rows] = attended.transpose(0, 1).reshape(n, heads, d)
+        if len(self._decode_rows):
+            rows = self._decode_rows
+            out[rows] = decode_attention(
+                q[rows], k_pool, v_pool, layout.decode_blocks, layout.decode_first_pos,
+                layout.decode_q_pos, sinks, window,
+            )  # fmt: skip
         return out
+
+
+def decode_attention(
+    q: torch.Tensor,
+    k_pool: torch.Tensor,
+    v_pool: torch.Tensor,
+    tables: torch.Tensor,
+    first_pos: torch.Tensor,
+    q_pos: torch.Tensor,
+    sinks: torch.Tensor,
+    window: int | None,
+) -> torch.Tensor:
+    """One decode query per row over its blocks, with fixed shapes and no host sync.
+
+    q [B, H, D]; k_pool/v_pool [KVH, blocks, block_size, D] (one layer's pool); tables
+    [B, W + 1] the row's live blocks from its first needed one, padded with the sink block,
+    whose last column is always the sink block; first_pos [B] the position of tables[:, 0]'s
+    first slot; q_pos [B] the query's position (-1 for a padded row: it sees only the sink
+    and comes out zero). Returns [B, H, D]. The mask is built here from tensors, so a CUDA
+    graph can capture the call and replay it with new tables; a kernel that reads only the
+    blocks below q_pos may replace it (same arguments) behind a device check.
+    """
+    kv_heads, _, bs, d = k_pool.shape
+    n, heads = q.shape[0], q.shape[1]
+    group_size = heads // kv_heads
+    width = tables.shape[1] - 1
+    flat = tables.reshape(-1)
+    keys = k_pool.index_select(1, flat).view(kv_heads, n, -1, d)
+    values = v_pool.index_select(1, flat).view(kv_heads, n, -1, d)
+    offsets = torch.arange((width + 1) * bs, device=q.device)
+    k_pos = first_pos[:, None] + offsets
+    allowed = (k_pos <= q_pos[:, None]) & (offsets < width * bs)
+    if window is not None:
+        allowed &= k_pos > q_pos[:, None] - window
+    mask = torch.zeros(allowed.shape, dtype=q.dtype, device=q.device).masked_fill(
+        ~allowed, float("-inf")
+    )
+    queries = q.view(n, kv_heads, group_size, d).transpose(0, 1)
+    scores = torch.matmul(queries, keys.transpose(-1, -2))  # [kv_heads, n, group, L]
+    scores.mul_(d**-0.5).add_(mask[:, None, :])
+    # The sink column's key is the zero sink block, so its score is exactly the sink.
+    scores[..., width * bs] = sinks.to(scores.dtype).view(kv_heads, 1, group_size)
+    weights = torch.softmax(scores, dim=-1, dtype=torch.float32).to(values.dtype)
+    attended = torch.matmul(weights, values)  # [kv_heads, n, group, D]
+    return attended.transpose(0, 1).reshape(n, heads, d)

@@ -15,17 +15,24 @@ gate clamped above, linear clamped both sides, and +1 on the linear branch.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from pathlib import Path
-from typing import Protocol
+from typing import Literal, Protocol
 
 import attrs
 import torch
 import torch.nn.functional as F
 
 from .config import GptOssConfig, load_config
-from .weights import ExpertMode, GptOssWeights, LayerWeights, load_weights
+from .mxfp4 import dequantize_mxfp4
+from .weights import ExpertMode, ExpertWeights, GptOssWeights, LayerWeights, load_weights
 
-__all__ = ["AttentionBackend", "DenseAttention", "GptOssModel", "attend"]
+__all__ = ["AttentionBackend", "DenseAttention", "GptOssModel", "MoeMode", "attend"]
+
+# "routed": run each chosen expert once on the rows routed to it (data-dependent shapes, a
+# host sync for the counts; the fastest on CPU). "static": fixed shapes for a given token
+# count and no host sync, so a CUDA graph can capture it (see `fixed_shape_experts`).
+MoeMode = Literal["routed", "static"]
 
 
 class AttentionBackend(Protocol):
@@ -151,17 +158,19 @@ class GptOssModel:
         *,
         logits_at: torch.Tensor | None = None,
         out: torch.Tensor | None = None,
+        moe: MoeMode = "routed",
     ) -> torch.Tensor:
         """Logits [N, vocab] in float32 for the rows `logits_at` of the T input tokens (all
         rows when None). token_ids and positions are 1-D of length T. `out`, a contiguous
         [N, vocab] tensor in the model's dtype, receives the unembedding (a caller stepping
-        again and again reuses one: see `EngineCore`)."""
+        again and again reuses one: see `EngineCore`). `moe` picks the expert path (see
+        `MoeMode`); with "static" and a fixed-shape backend the pass has no host sync."""
         x = F.embedding(token_ids.to(self.device), self.weights.embedding)
         cos, sin = self._rotary(positions.to(self.device))
         for i, layer in enumerate(self.weights.layers):
             x = x + self._attention(i, layer, _rms_norm(x, layer.input_norm, self._eps), cos, sin,
                                     attention)  # fmt: skip
-            x = x + self._moe(layer, _rms_norm(x, layer.post_norm, self._eps))
+            x = x + self._moe(layer, _rms_norm(x, layer.post_norm, self._eps), moe)
         if logits_at is not None:
             x = x[logits_at.to(self.device)]
         x = _rms_norm(x, self.weights.norm, self._eps)
@@ -197,12 +206,14 @@ class GptOssModel:
         out = attention(i, _rotate(q, cos, sin), _rotate(k, cos, sin), v)
         return F.linear(out.reshape(t, c.q_dim), w.o, w.o_bias)
 
-    def _moe(self, w: LayerWeights, x: torch.Tensor) -> torch.Tensor:
+    def _moe(self, w: LayerWeights, x: torch.Tensor, mode: MoeMode = "routed") -> torch.Tensor:
         c = self.config
         logits = F.linear(x, w.router, w.router_bias)
         top_logits, top_experts = torch.topk(logits, c.num_experts_per_tok, dim=-1)
         gates = torch.softmax(top_logits, dim=-1)
         experts = w.experts
+        if mode == "static":
+            return fixed_shape_experts(x, top_experts, gates, experts, self._swiglu)
         tokens, k = top_experts.shape
         # Route: the (token, slot) pairs sorted by expert, so that each chosen expert runs
         # once, on a contiguous slice of the rows routed to it, and experts no token chose
@@ -233,6 +244,60 @@ class GptOssModel:
         gate = h[..., 0::2].clamp(max=limit)
         linear = h[..., 1::2].clamp(min=-limit, max=limit)
         return gate * torch.sigmoid(self.config.swiglu_alpha * gate) * (linear + 1)
+
+
+def fixed_shape_experts(
+    x: torch.Tensor,
+    top_experts: torch.Tensor,
+    gates: torch.Tensor,
+    experts: ExpertWeights,
+    swiglu: Callable[[torch.Tensor], torch.Tensor],
+) -> torch.Tensor:
+    """The MoE output [T, H] for x [T, H] routed to top_experts [T, k] with gates [T, k],
+    in shapes fixed by T alone and with no host sync (CUDA-graph capturable).
+
+    With fewer (token, slot) pairs than experts each pair gathers its expert's weights (reads
+    k/E of the experts per token); otherwise every expert runs on every token and each token
+    takes its k results (reads each expert once). Packed MXFP4 experts are dequantized after
+    the gather. A kernel that dequantizes in the matmul may replace this (same arguments)
+    behind a device check. Slots are summed in the routed path's order.
+    """
+    tokens, k = top_experts.shape
+    num_experts = experts.gate_up_bias.shape[0]
+    if tokens * k < num_experts:
+        flat = top_experts.reshape(-1)
+        rows = x.repeat_interleave(k, dim=0)[:, None, :]  # [T*k, 1, H]
+        gate_up = _expert_matrices(experts, "gate_up", flat)  # [T*k, 2I, H]
+        h = torch.baddbmm(experts.gate_up_bias[flat][:, None, :], rows, gate_up.transpose(1, 2))
+        down = _expert_matrices(experts, "down", flat)  # [T*k, H, I]
+        o = torch.baddbmm(experts.down_bias[flat][:, None, :], swiglu(h), down.transpose(1, 2))
+        picked = o.view(tokens, k, -1)
+    else:
+        gate_up = _expert_matrices(experts, "gate_up", None)  # [E, 2I, H]
+        h = torch.baddbmm(
+            experts.gate_up_bias[:, None, :], x.expand(num_experts, *x.shape),
+            gate_up.transpose(1, 2),
+        )  # fmt: skip
+        down = _expert_matrices(experts, "down", None)
+        o = torch.baddbmm(experts.down_bias[:, None, :], swiglu(h), down.transpose(1, 2))
+        token_index = torch.arange(tokens, device=x.device)[:, None]
+        picked = o[top_experts, token_index]  # [T, k, H]
+    return (picked * gates[..., None]).sum(dim=1)
+
+
+def _expert_matrices(
+    experts: ExpertWeights, which: Literal["gate_up", "down"], index: torch.Tensor | None
+) -> torch.Tensor:
+    """The experts' [.., out, in] matrices at `index` (all when None), dequantized if packed."""
+    dense = experts.gate_up if which == "gate_up" else experts.down
+    if dense is not None:
+        return dense if index is None else dense.index_select(0, index)
+    packed = experts.gate_up_packed if which == "gate_up" else experts.down_packed
+    assert packed is not None
+    blocks, scales = packed
+    if index is not None:
+        blocks, scales = blocks.index_select(0, index), scales.index_select(0, index)
+    return dequantize_mxfp4(blocks, scales, dtype=experts.dtype)
 
 
 def _rms_norm(x: torch.Tensor, scale: torch.Tensor, eps: float) -> torch.Tensor:

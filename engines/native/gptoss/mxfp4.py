@@ -36,13 +36,25 @@ def dequantize_mxfp4(
             f"MXFP4 blocks {tuple(blocks.shape)} do not match scales {tuple(scales.shape)};"
             " expected blocks [..., G, 16] with scales [..., G]"
         )
-    lut = torch.tensor(FP4_VALUES, dtype=torch.float32, device=blocks.device)
+    lut = _lut(blocks.device)
     low = lut[(blocks & 0x0F).long()]
     high = lut[(blocks >> 4).long()]
     values = torch.stack((low, high), dim=-1).flatten(-2)  # [..., G, 32]
     exponent = scales.to(torch.int32) - 127
     values = torch.ldexp(values, exponent.unsqueeze(-1))
     return values.flatten(-2).to(dtype)
+
+
+_LUTS: dict[torch.device, torch.Tensor] = {}
+
+
+def _lut(device: torch.device) -> torch.Tensor:
+    # Kept per device: building it from a Python list is a host-to-device copy, which a CUDA
+    # graph capturing a decode step may not contain (the eager warm-up step fills this).
+    lut = _LUTS.get(device)
+    if lut is None:
+        lut = _LUTS[device] = torch.tensor(FP4_VALUES, dtype=torch.float32, device=device)
+    return lut
 
 
 def quantize_mxfp4(weight: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
