@@ -6,11 +6,20 @@ the engine core and transformers on the same prompts, in the same run.
 Model: a random gpt-oss from `streamfold init-model` (4 layers, hidden 128, the full 201k
 harmony vocabulary, fp32), or `--model DIR`. For each concurrency C and each of non-streaming
 and streaming, a fresh server is started (default SQLite store, in a temporary directory) and
-polled on `GET /health` until ready; then batches of C concurrent `responses.create` calls
-(greedy, `max_output_tokens` = --tokens) run back to back: the first batch after ready is
-reported apart from the steady state (the median of the next --steady batches). Then, in the
-same process, the engine core (`EngineCore.run_to_completion` on the very prompt token ids the
-server rendered, at 1 and at 2 torch threads) and transformers' padded batch `generate`.
+polled on `GET /health` until ready. Then batches of C concurrent `responses.create` calls
+(greedy, `max_output_tokens` = --tokens) run: the first batch after ready is reported apart,
+and each of the next --steady batches is followed at once by the engine core
+(`EngineCore.run_to_completion`, in this process, on the very prompt token ids the server
+rendered) at each --core-threads count, while the server sits idle. Served and core thus
+alternate round by round, and each round's core / served ratio compares two runs a few
+seconds apart: on a machine shared with other work, load that comes and goes between a served
+phase and a later core phase otherwise decides the ratio (issue 18's first streaming
+measurement, 1.71x, had the core measured minutes after the served batches at load 13-17).
+
+CPU time is counted too (from /proc): the server's engine thread (named `streamfold-eng`), the
+rest of the server (event loop, store, HTTP), this client process, and the core run; per
+generated token it does not depend on what else the machine runs, so it says where a served
+token's CPU goes. Transformers' padded-batch `generate` runs once per concurrency, after.
 This process imports torch and transformers and has run them: the "idle torch process beside
 the server" of issue 18. Counted: generated tokens (`usage.output_tokens`).
 """
@@ -19,17 +28,17 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import functools
 import os
+import resource
 import socket
 import statistics
 import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable
 from pathlib import Path
 
+import attrs
 import httpx
 import torch
 from openai import AsyncOpenAI
@@ -38,7 +47,10 @@ from streamfold.adapters.server.prompt import render_prompt
 from streamfold.adapters.server.requests import parse_create_request
 from streamfold.engines import GenerationRequest, SamplingParams
 from streamfold.engines.native.core import EngineCore
+from streamfold.engines.native.engine import ENGINE_THREAD_NAME, default_engine_threads
 from streamfold.engines.native.gptoss.init_model import init_model
+
+TICKS = os.sysconf("SC_CLK_TCK")
 
 
 def body(i: int, tokens: int) -> dict[str, object]:
@@ -56,18 +68,33 @@ def free_port() -> int:
         return int(sock.getsockname()[1])
 
 
+def run_delay(task: str) -> float:
+    """Seconds the thread spent runnable but not running: waiting for a CPU (schedstat)."""
+    with open(f"{task}/schedstat") as f:
+        return int(f.read().split()[1]) / 1e9
+
+
+def own_cpu() -> float:
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    return usage.ru_utime + usage.ru_stime
+
+
 class Server:
     """`streamfold serve` in a subprocess (the native engine on `model`, else replay), ready
     once /health says 200."""
 
-    def __init__(self, model: Path | None, store: str, extra: list[str]) -> None:
+    def __init__(
+        self, model: Path | None, store: str, extra: list[str], own_session: bool = False
+    ) -> None:
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         engine = ["--engine", "native", "--model", str(model)] if model else []
         command = [sys.executable, "-m", "streamfold", "serve", *engine, "--port",
                    str(self.port), "--store", store, "--log-level", "warning", *extra]  # fmt: skip
         started = time.perf_counter()
-        self.process = subprocess.Popen(command)
+        # own_session: its own session, so (Linux autogroups) its own share of the CPUs, as a
+        # supervisor would start it; else it shares this process's share with the client.
+        self.process = subprocess.Popen(command, start_new_session=own_session)
         while True:
             try:
                 if httpx.get(f"{self.url}/health", timeout=5).status_code == 200:
@@ -79,9 +106,44 @@ class Server:
             time.sleep(0.1)
         self.ready_seconds = time.perf_counter() - started
 
+    def cpu(self) -> dict[str, float]:
+        """Seconds so far: CPU of the engine thread ("engine") and of the rest of the server
+        ("server"), and the engine thread's time runnable but waiting for a CPU ("waited")."""
+        out = {"engine": 0.0, "server": 0.0, "waited": 0.0}
+        task = f"/proc/{self.process.pid}/task"
+        for tid in os.listdir(task):
+            try:
+                with open(f"{task}/{tid}/comm") as f:
+                    name = f.read().strip()
+                with open(f"{task}/{tid}/stat") as f:
+                    fields = f.read().rsplit(")", 1)[1].split()
+                waited = run_delay(f"{task}/{tid}")
+            except FileNotFoundError:  # the thread ended meanwhile
+                continue
+            seconds = (int(fields[11]) + int(fields[12])) / TICKS  # utime + stime
+            if name == ENGINE_THREAD_NAME:
+                out["engine"] += seconds
+                out["waited"] += waited
+            else:
+                out["server"] += seconds
+        return out
+
     def close(self) -> None:
         self.process.terminate()
         self.process.wait(timeout=30)
+
+
+@attrs.frozen
+class Batch:
+    seconds: float
+    tokens: int
+    # Seconds: CPU of "engine" (the engine thread, or the core's run), "server" (the rest of
+    # the server), "client"; "waited": the engine's thread runnable but without a CPU.
+    cpu: dict[str, float]
+
+    @property
+    def rate(self) -> float:
+        return self.tokens / self.seconds
 
 
 async def warm_client() -> None:
@@ -99,11 +161,9 @@ async def warm_client() -> None:
         server.close()
 
 
-async def served_batches(
-    url: str, concurrency: int, tokens: int, stream: bool, batches: int
-) -> list[tuple[float, int]]:
-    client = AsyncOpenAI(base_url=f"{url}/v1", api_key="unused", max_retries=0, timeout=600)
-
+async def served_batch(
+    client: AsyncOpenAI, server: Server, concurrency: int, tokens: int, stream: bool
+) -> Batch:
     async def one(i: int) -> int:
         if not stream:
             response = await client.responses.create(**body(i, tokens))  # type: ignore[call-overload]
@@ -115,52 +175,76 @@ async def served_batches(
                 count = int(event.response.usage.output_tokens)
         return count
 
-    out = []
-    async with client:
-        for _ in range(batches):
-            start = time.perf_counter()
-            counts = await asyncio.gather(*(one(i) for i in range(concurrency)))
-            out.append((time.perf_counter() - start, sum(counts)))
-    return out
+    before = server.cpu()
+    client0 = own_cpu()
+    start = time.perf_counter()
+    counts = await asyncio.gather(*(one(i) for i in range(concurrency)))
+    seconds = time.perf_counter() - start
+    cpu = {key: value - before[key] for key, value in server.cpu().items()}
+    cpu["client"] = own_cpu() - client0
+    return Batch(seconds, sum(counts), cpu)
 
 
 def prompts(concurrency: int, tokens: int) -> list[tuple[int, ...]]:
     return [render_prompt(parse_create_request(body(i, tokens))) for i in range(concurrency)]
 
 
-def run_core(core: EngineCore, ids: list[tuple[int, ...]], tokens: int, tag: str) -> int:
+def core_batch(core: EngineCore, ids: list[tuple[int, ...]], tokens: int, threads: int) -> Batch:
+    torch.set_num_threads(threads)
     requests = [
-        GenerationRequest(request_id=f"{tag}-{i}", prompt_token_ids=p, max_output_tokens=tokens,
+        GenerationRequest(request_id=f"core-{i}", prompt_token_ids=p, max_output_tokens=tokens,
                           sampling=SamplingParams(temperature=0.0))
         for i, p in enumerate(ids)
     ]  # fmt: skip
+    cpu0, waited0 = own_cpu(), run_delay("/proc/thread-self")
+    start = time.perf_counter()
     chunks = core.run_to_completion(requests)
-    return sum(len(c.token_ids) for cs in chunks.values() for c in cs)
+    seconds = time.perf_counter() - start
+    count = sum(len(c.token_ids) for cs in chunks.values() for c in cs)
+    cpu = {"engine": own_cpu() - cpu0, "waited": run_delay("/proc/thread-self") - waited0}
+    return Batch(seconds, count, cpu)
 
 
-def run_hf_padded(hf: object, ids: list[tuple[int, ...]], tokens: int) -> int:
+def hf_batch(hf: object, ids: list[tuple[int, ...]], tokens: int, threads: int) -> Batch:
+    torch.set_num_threads(threads)
     width = max(len(p) for p in ids)
     batch = torch.tensor([[0] * (width - len(p)) + list(p) for p in ids])
     mask = torch.tensor([[0] * (width - len(p)) + [1] * len(p) for p in ids])
+    cpu0 = own_cpu()
+    start = time.perf_counter()
     with torch.no_grad():
         hf.generate(  # type: ignore[attr-defined]
             batch, attention_mask=mask, max_new_tokens=tokens, min_new_tokens=tokens,
             do_sample=False, pad_token_id=0,
         )  # fmt: skip
-    return tokens * len(ids)
+    return Batch(time.perf_counter() - start, tokens * len(ids), {"engine": own_cpu() - cpu0})
 
 
-def timed_rate(fn: Callable[[], int], reps: int) -> list[float]:
-    rates = []
-    for _ in range(reps):
-        start = time.perf_counter()
-        n = fn()
-        rates.append(n / (time.perf_counter() - start))
-    return rates
+@attrs.define
+class Mode:
+    """One server run: its first batch, its steady batches, and the core batches between."""
+
+    ready_seconds: float
+    first: Batch
+    steady: list[Batch] = attrs.Factory(list)
+    core: dict[int, list[Batch]] = attrs.Factory(dict)  # torch threads -> one batch per round
 
 
-def span(values: list[float]) -> str:
-    return f"{statistics.median(values):.0f} ({min(values):.0f}-{max(values):.0f})"
+async def served_rounds(
+    server: Server, core: EngineCore, ids: list[tuple[int, ...]], args: argparse.Namespace,
+    stream: bool,
+) -> Mode:  # fmt: skip
+    concurrency = len(ids)
+    client = AsyncOpenAI(base_url=f"{server.url}/v1", api_key="unused", max_retries=0, timeout=900)
+    async with client:
+        first = await served_batch(client, server, concurrency, args.tokens, stream)
+        mode = Mode(server.ready_seconds, first)
+        for _ in range(args.steady):
+            mode.steady.append(await served_batch(client, server, concurrency, args.tokens, stream))
+            for threads in args.core_threads:  # the server is idle meanwhile
+                batch = core_batch(core, ids, args.tokens, threads)
+                mode.core.setdefault(threads, []).append(batch)
+    return mode
 
 
 def main() -> None:
@@ -168,12 +252,25 @@ def main() -> None:
     parser.add_argument("--model", type=Path, help="a gpt-oss checkpoint (default: init-model)")
     parser.add_argument("--concurrency", type=int, nargs="+", default=[1, 16, 64])
     parser.add_argument("--tokens", type=int, default=32, help="max_output_tokens per request")
-    parser.add_argument("--steady", type=int, default=3, help="batches after the first")
-    parser.add_argument("--core-threads", type=int, nargs="+", default=[1, 2])
+    parser.add_argument("--steady", type=int, default=3, help="rounds after the first batch")
+    parser.add_argument(
+        "--threads", type=int, default=default_engine_threads(),
+        help="the served engine's torch threads (serve --threads; default: its own default)",
+    )  # fmt: skip
+    parser.add_argument(
+        "--core-threads", type=int, nargs="+",
+        help="torch thread counts of the core runs (default: --threads, and all cores)",
+    )  # fmt: skip
     parser.add_argument("--store", choices=("sqlite", "memory"), default="sqlite")
     parser.add_argument("--skip-transformers", action="store_true")
+    parser.add_argument(
+        "--own-session", action="store_true",
+        help="start the server in its own session (its own CPU share under Linux autogroups)",
+    )  # fmt: skip
     parser.add_argument("--server-arg", action="append", default=[], help="passed to serve")
     args = parser.parse_args()
+    cores = len(os.sched_getaffinity(0))
+    args.core_threads = list(dict.fromkeys(args.core_threads or [args.threads, cores]))
     load_before = os.getloadavg()
     with tempfile.TemporaryDirectory() as tmp:
         model = args.model or init_model(
@@ -187,36 +284,46 @@ def main() -> None:
 
             hf = GptOssForCausalLM.from_pretrained(model, dtype=torch.float32).eval()
         asyncio.run(warm_client())
-        rows = []
+        rows: list[dict[str, object]] = []
         for concurrency in args.concurrency:
             ids = prompts(concurrency, args.tokens)
+            for threads in args.core_threads:
+                core_batch(core, ids, args.tokens, threads)  # the core's own warm-up
             row: dict[str, object] = {"c": concurrency}
             for stream in (False, True):
                 store = ":memory:" if args.store == "memory" else f"{tmp}/s{concurrency}{stream}.db"
-                server = Server(model, store, args.server_arg)
+                extra = ["--threads", str(args.threads), *args.server_arg]
+                server = Server(model, store, extra, args.own_session)
                 try:
-                    batches = asyncio.run(served_batches(
-                        server.url, concurrency, args.tokens, stream, 1 + args.steady))  # fmt: skip
+                    mode = asyncio.run(served_rounds(server, core, ids, args, stream))
                 finally:
                     server.close()
-                rates = [n / s for s, n in batches]
-                row["stream" if stream else "json"] = (server.ready_seconds, rates)
+                row["stream" if stream else "json"] = mode
+                rates = [f"{b.rate:.0f}" for b in [mode.first, *mode.steady]]
                 print(f"served c={concurrency} stream={stream}: tok/s {rates}", flush=True)
-            for threads in args.core_threads:
-                torch.set_num_threads(threads)
-                run_core(core, ids, args.tokens, "warm")
-                print(f"core and transformers, c={concurrency}, {threads} threads", flush=True)
-                row[f"core{threads}"] = timed_rate(
-                    functools.partial(run_core, core, ids, args.tokens, "core"), args.steady
-                )
-                if hf is not None:
-                    run_hf_padded(hf, ids, args.tokens)
-                    row[f"hf{threads}"] = timed_rate(
-                        functools.partial(run_hf_padded, hf, ids, args.tokens), args.steady
-                    )
+            if hf is not None:
+                hf_batch(hf, ids, args.tokens, args.threads)
+                rounds = range(args.steady)
+                row["hf"] = [hf_batch(hf, ids, args.tokens, args.threads) for _ in rounds]
             rows.append(row)
-            print(row, flush=True)
     report(rows, args, load_before)
+
+
+def span(values: list[float], digits: int = 0) -> str:
+    median = statistics.median(values)
+    return f"{median:.{digits}f} ({min(values):.{digits}f}-{max(values):.{digits}f})"
+
+
+def per_token_ms(batches: list[Batch], key: str) -> float:
+    return 1e3 * sum(b.cpu[key] for b in batches) / sum(b.tokens for b in batches)
+
+
+def waiting(batches: list[Batch]) -> float:
+    return sum(b.cpu["waited"] for b in batches) / sum(b.seconds for b in batches)
+
+
+def modes_of(rows: list[dict[str, object]]) -> list[tuple[dict[str, object], str, Mode]]:
+    return [(row, key, row[key]) for row in rows for key in ("json", "stream")]  # type: ignore[misc]
 
 
 def report(
@@ -224,35 +331,59 @@ def report(
 ) -> None:
     print(
         f"\n{args.tokens} output tokens per request, greedy; tiny random gpt-oss (4 layers,"
-        f" hidden 128, vocab 201088, fp32); {os.cpu_count()} CPUs; store {args.store};"
-        f" load average {load[0]:.1f} before, {os.getloadavg()[0]:.1f} after\n"
+        f" hidden 128, vocab 201088, fp32); {os.cpu_count()} CPUs; served engine"
+        f" --threads {args.threads}{' in its own session' if args.own_session else ''};"
+        f" store {args.store}; load average {load[0]:.1f} before,"
+        f" {os.getloadavg()[0]:.1f} after\n"
     )
-    print("| concurrency | served | ready after s | first batch tok/s | steady tok/s median"
-          " (range) | first / steady time | core / served steady |")  # fmt: skip
-    print("|---:|---|---:|---:|---:|---:|---:|")
+    same = args.threads
+    print(f"| C | served | ready s | first tok/s | steady tok/s | first / steady time |"
+          f" core {same}t tok/s | core {same}t / served, per round |")  # fmt: skip
+    print("|---:|---|---:|---:|---:|---:|---:|---:|")
+    for row, key, mode in modes_of(rows):
+        steady = [b.rate for b in mode.steady]
+        core = mode.core[same]
+        ratios = [c.rate / s.rate for c, s in zip(core, mode.steady, strict=True)]
+        print(
+            f"| {row['c']} | {'streaming' if key == 'stream' else 'not streaming'} |"
+            f" {mode.ready_seconds:.1f} | {mode.first.rate:.0f} | {span(steady)} |"
+            f" {statistics.median(steady) / mode.first.rate:.2f}x |"
+            f" {span([c.rate for c in core])} | {span(ratios, 2)}x |"
+        )
+    print("\nCPU per generated token in the steady rounds (ms), and the share of the time the"
+          " engine's thread was runnable but had no CPU (the machine's other load):\n")  # fmt: skip
+    print(f"| C | served | engine thread | rest of server | client | core {same}t |"
+          " served (engine + server) / core |"
+          " engine thread waiting for a CPU: served / core |")  # fmt: skip
+    print("|---:|---|---:|---:|---:|---:|---:|---:|")
+    for row, key, mode in modes_of(rows):
+        core = mode.core[same]
+        served = per_token_ms(mode.steady, "engine") + per_token_ms(mode.steady, "server")
+        print(
+            f"| {row['c']} | {'streaming' if key == 'stream' else 'not streaming'} |"
+            f" {per_token_ms(mode.steady, 'engine'):.2f} |"
+            f" {per_token_ms(mode.steady, 'server'):.2f} |"
+            f" {per_token_ms(mode.steady, 'client'):.2f} | {per_token_ms(core, 'engine'):.2f} |"
+            f" {served / per_token_ms(core, 'engine'):.2f}x |"
+            f" {waiting(mode.steady):.0%} / {waiting(core):.0%} |"
+        )
+    others = [t for t in args.core_threads if t != same]
+    print(f"\n| C | core at other thread counts tok/s | transformers padded batch ({same}t) tok/s"
+          " | served steady (best mode) / transformers |")  # fmt: skip
+    print("|---:|---|---:|---:|")
     for row in rows:
-        core_best = max(statistics.median(row[f"core{t}"]) for t in args.core_threads)  # type: ignore[arg-type]
-        for mode in ("json", "stream"):
-            ready, rates = row[mode]  # type: ignore[misc]
-            first, steady = rates[0], rates[1:]
-            med = statistics.median(steady)
-            print(f"| {row['c']} | {'streaming' if mode == 'stream' else 'not streaming'} |"
-                  f" {ready:.1f} | {first:.0f} | {span(steady)} | {med / first:.2f}x |"
-                  f" {core_best / med:.2f}x |")  # fmt: skip
-    print("\n| concurrency | torch threads | engine core tok/s | transformers padded batch tok/s |"
-          " served steady (best) / transformers |")  # fmt: skip
-    print("|---:|---:|---:|---:|---:|")
-    for row in rows:
-        served = max(statistics.median(row[m][1][1:]) for m in ("json", "stream"))  # type: ignore[index]
-        for t in args.core_threads:
-            hf = row.get(f"hf{t}")
-            ratio = f"{served / statistics.median(hf):.2f}x" if hf else "-"  # type: ignore[arg-type]
-            print(
-                f"| {row['c']} | {t} | {span(row[f'core{t}'])} |"  # type: ignore[arg-type]
-                f" {span(hf) if hf else '-'} | {ratio} |"
-            )  # type: ignore[arg-type]
-    print("\nTargets: first / steady time <= 1.3x; core (its best thread count) / served steady"
-          " <= 1.2x.")  # fmt: skip
+        modes: list[Mode] = [row["json"], row["stream"]]  # type: ignore[list-item]
+        other = ", ".join(
+            f"{t}t {span([b.rate for m in modes for b in m.core[t]])}" for t in others
+        )
+        hf: list[Batch] | None = row.get("hf")  # type: ignore[assignment]
+        served = max(statistics.median([b.rate for b in m.steady]) for m in modes)
+        hf_rate = statistics.median([b.rate for b in hf]) if hf else None
+        print(
+            f"| {row['c']} | {other or '-'} | {span([b.rate for b in hf]) if hf else '-'} |"
+            f" {f'{served / hf_rate:.2f}x' if hf_rate else '-'} |"
+        )
+    print("\nTargets: first / steady time <= 1.3x; core / served steady <= 1.2x.")
 
 
 if __name__ == "__main__":

@@ -11,7 +11,7 @@ import pytest
 
 from streamfold.engines import GenerationRequest, SamplingParams, TokenChunk, TokenSource
 from streamfold.engines.native.core import EngineCore
-from streamfold.engines.native.engine import NativeEngine
+from streamfold.engines.native.engine import ENGINE_THREAD_NAME, NativeEngine
 from streamfold.engines.native.gptoss.model import GptOssModel
 
 
@@ -110,3 +110,16 @@ def test_a_request_that_cannot_run_gets_an_error_chunk(engine: NativeEngine) -> 
     bad = GenerationRequest(request_id="bad", prompt_token_ids=(10**9,))
     chunks = anyio.run(_collect, engine, bad)
     assert len(chunks) == 1 and chunks[0].finish_reason == "error"
+
+
+@pytest.mark.skipif(not Path("/proc/thread-self").exists(), reason="OS thread names: Linux")
+def test_the_engine_thread_carries_its_name_in_the_os(engine: NativeEngine) -> None:
+    # Operators (top -H, ps -L) and bench_serve.py tell the engine's CPU from the event loop's
+    # by the OS-level name; Python's Thread.name alone never reaches the kernel.
+    async def main() -> None:
+        await _collect(engine, _requests(1, max_tokens=2)[0])
+
+    anyio.run(main)
+    assert engine._thread is not None and engine._thread.native_id is not None
+    comm = Path(f"/proc/self/task/{engine._thread.native_id}/comm").read_text().strip()
+    assert comm == ENGINE_THREAD_NAME == engine._thread.name
