@@ -17,7 +17,7 @@ from .decode_graph import DecodePlan, DecodeRow, StaticDecode
 from .gptoss.model import GptOssModel
 from .gptoss.weights import ExpertMode
 from .paged_attention import PagedAttention, PagedKVCache, StepSequence
-from .sampler import make_generator, sample
+from .sampler import make_generator, sample_batch
 from .scheduler import Scheduler, Sequence
 
 __all__ = ["GPT_OSS_STOP_TOKEN_IDS", "EngineCore"]
@@ -185,17 +185,18 @@ class EngineCore:
             )
         else:
             logits = self._mixed_step(batch)
-        samples = sample(
+        samples = sample_batch(
             logits,
             [s.request.sampling for s in batch],
             [self._generators[s.seq_id] for s in batch],
+            [s.stop_ids for s in batch],
         )
         out = []
         for seq, drawn in zip(batch, samples, strict=True):
             seq.num_cached = len(seq.token_ids)
             seq.token_ids.append(drawn.token_id)
             finish: FinishReason | None = None
-            if drawn.token_id in seq.stop_ids:
+            if drawn.stopped:  # checked on the device with the draw
                 finish = "stop"
             elif seq.num_output >= seq.max_tokens:
                 finish = "length"
