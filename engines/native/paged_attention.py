@@ -19,6 +19,7 @@ from collections.abc import Sequence
 import attrs
 import torch
 
+from . import kernels
 from .gptoss.config import GptOssConfig
 from .gptoss.model import attend
 from .kv_blocks import BlockManager
@@ -219,7 +220,14 @@ def decode_attention(
     and comes out zero). Returns [B, H, D]. The mask is built here from tensors, so a CUDA
     graph can capture the call and replay it with new tables; a kernel that reads only the
     blocks below q_pos may replace it (same arguments) behind a device check.
+
+    On CUDA with triton that kernel runs instead (`kernels/decode.py`; `kernels.enabled`):
+    it reads each row's blocks in place, from first_pos to q_pos only.
     """
+    if kernels.enabled(q.device):
+        from .kernels.decode import decode_attention as kernel
+
+        return kernel(q, k_pool, v_pool, tables, first_pos, q_pos, sinks, window)
     kv_heads, _, bs, d = k_pool.shape
     n, heads = q.shape[0], q.shape[1]
     group_size = heads // kv_heads

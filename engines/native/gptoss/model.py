@@ -23,6 +23,7 @@ import attrs
 import torch
 import torch.nn.functional as F
 
+from .. import kernels
 from .config import GptOssConfig, load_config
 from .mxfp4 import dequantize_mxfp4
 from .weights import ExpertMode, ExpertWeights, GptOssWeights, LayerWeights, load_weights
@@ -132,6 +133,9 @@ class GptOssModel:
         self.dtype = weights.embedding.dtype
         self.sinks = [layer.sinks for layer in weights.layers]
         self.inv_freq = _yarn_inv_freq(config).to(self.device)
+        # On CUDA with triton, the routed experts run as grouped GEMMs (kernels/moe.py):
+        # routing stays on the device and MXFP4 experts are never dequantized to a copy.
+        self.triton_moe = kernels.enabled(self.device)
 
     @classmethod
     def from_pretrained(
@@ -212,6 +216,10 @@ class GptOssModel:
         top_logits, top_experts = torch.topk(logits, c.num_experts_per_tok, dim=-1)
         gates = torch.softmax(top_logits, dim=-1)
         experts = w.experts
+        if self.triton_moe:
+            from ..kernels.moe import moe_experts
+
+            return moe_experts(x, top_experts, gates, experts, c.swiglu_limit, c.swiglu_alpha)
         if mode == "static":
             return fixed_shape_experts(x, top_experts, gates, experts, self._swiglu)
         tokens, k = top_experts.shape
