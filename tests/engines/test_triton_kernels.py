@@ -11,8 +11,10 @@ from __future__ import annotations
 
 import os
 import random
+from collections import deque
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import attrs
 import pytest
@@ -30,6 +32,7 @@ COMPILED = torch.cuda.is_available() and not INTERPRET
 from streamfold.engines import GenerationRequest, SamplingParams  # noqa: E402
 from streamfold.engines.native import kernels  # noqa: E402
 from streamfold.engines.native.core import EngineCore  # noqa: E402
+from streamfold.engines.native.decode_graph import DecodeRow, StaticDecode  # noqa: E402
 from streamfold.engines.native.gptoss.model import GptOssModel  # noqa: E402
 from streamfold.engines.native.gptoss.mxfp4 import (  # noqa: E402
     dequantize_mxfp4,
@@ -40,6 +43,14 @@ from streamfold.engines.native.kernels import decode as decode_module  # noqa: E
 from streamfold.engines.native.kernels import moe as moe_module  # noqa: E402
 from streamfold.engines.native.kernels.decode import decode_attention  # noqa: E402
 from streamfold.engines.native.kernels.moe import _grouped_gemm, moe_experts, route  # noqa: E402
+from streamfold.engines.native.paged_attention import (  # noqa: E402
+    PagedAttention,
+    PagedKVCache,
+    StepSequence,
+)
+from streamfold.engines.native.paged_attention import (  # noqa: E402
+    decode_attention as torch_decode_attention,
+)
 
 DEVICES = [
     pytest.param("cpu", marks=pytest.mark.skipif(COMPILED, reason="kernels compiled for CUDA")),
@@ -361,3 +372,67 @@ def test_kernel_choice_follows_the_environment(monkeypatch: pytest.MonkeyPatch) 
     monkeypatch.setenv(kernels.ENV, "tritn")
     with pytest.raises(kernels.KernelChoiceError, match="tritn"):
         kernels.enabled(cpu)
+
+
+def test_graph_shaped_decode_step_with_kernels_matches_transformers(
+    hf_model: Any, hf_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The step a CUDA graph captures (batch padded to a bucket, padded table widths, the
+    fixed-shape MoE mode), with both kernels (interpreted), gives transformers' logits at every
+    decode step past the sliding window; the padded row touches no live block."""
+    if COMPILED:
+        pytest.skip("interpreted variant; test_static_decode's CUDA test covers the compiled path")
+    monkeypatch.setenv(kernels.ENV, "triton")
+    model = GptOssModel.from_pretrained(hf_dir)
+    cache = PagedKVCache(model.config, num_blocks=64, block_size=4)
+    shuffled = list(cache.blocks._free)
+    random.Random(7).shuffle(shuffled)  # non-contiguous block tables
+    cache.blocks._free = deque(shuffled)
+    attention = PagedAttention(cache, model.sinks, [model.window(i) for i in range(4)])
+    static = StaticDecode(
+        model, cache, torch.empty(4, model.config.vocab_size), max_model_len=64,
+        batch_buckets=(1, 4), pad_width=True, moe="static",
+    )  # fmt: skip
+    rng = random.Random(3)
+    prompts = [[rng.randrange(512) for _ in range(n)] for n in (5, 2 * WINDOW + 1, 2)]
+    full = [p + [rng.randrange(512) for _ in range(WINDOW + 2)] for p in prompts]
+    with torch.no_grad():
+        expected = [hf_model(torch.tensor(f)[None]).logits[0] for f in full]
+    step = [StepSequence(seq_id=i, num_cached=0, num_new=len(p)) for i, p in enumerate(prompts)]
+    for s in step:
+        cache.blocks.reserve(s.seq_id, s.num_new)
+    positions = attention.prepare(step)
+    model(torch.tensor([t for p in prompts for t in p]), positions, attention)
+    lengths = [len(p) for p in prompts]
+    for _ in range(WINDOW + 2):
+        for i, n in enumerate(lengths):
+            cache.blocks.reserve(i, n + 1)
+        logits = static.run([DecodeRow(i, full[i][n], n) for i, n in enumerate(lengths)])
+        for i, n in enumerate(lengths):
+            torch.testing.assert_close(logits[i], expected[i][n], atol=1e-4, rtol=1e-4)
+        lengths = [n + 1 for n in lengths]
+    assert not cache.k[:, :, cache.sink_block].any() and not cache.v[:, :, cache.sink_block].any()
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_decode_attention_equals_the_torch_decode_path(device: str) -> None:
+    """The kernel and `paged_attention.decode_attention` (the torch path it replaces) agree on
+    that function's own conventions: tables padded with the zero sink block, whose last column
+    is always the sink, and padded rows at position -1."""
+    q, k_pool, v_pool, tables, first, q_pos, sinks = _decode_case(
+        batch=6, kv_heads=2, group=8, dim=64, block_size=16, window=128, seed=11, device=device
+    )
+    sink = k_pool.shape[1]
+    zero = torch.zeros_like(k_pool[:, :1])
+    k_pool, v_pool = torch.cat((k_pool, zero), 1), torch.cat((v_pool, zero), 1)
+    for b in range(tables.shape[0]):
+        used = max(0, (int(q_pos[b]) - int(first[b])) // 16 + 1) if q_pos[b] >= 0 else 0
+        tables[b, used:] = sink
+    for window in (None, 128):
+        got = decode_attention(q, k_pool, v_pool, tables, first, q_pos, sinks, window)
+        with pytest.MonkeyPatch.context() as env:
+            env.setenv(kernels.ENV, "torch")
+            expected = torch_decode_attention(
+                q, k_pool, v_pool, tables, first, q_pos, sinks, window
+            )
+        torch.testing.assert_close(got, expected, atol=2e-5, rtol=1e-4)
