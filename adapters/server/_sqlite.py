@@ -9,6 +9,10 @@ with its fsync, is taken off the loop: automatic checkpoints are off, and every
 `CHECKPOINT_PAGES` pages the writer runs one in a worker thread on a second connection. Reads
 (finished responses only; live ones are followed in memory) run in worker threads on that
 second connection too, so they never hold up a write.
+
+The tables (`_sqlite_schema.py`) are laid out so that one group commit of many responses
+touches few pages, and the writer keeps what it needs of each unfinished response in memory:
+a batch costs two rows in two `executemany` statements, and no read.
 """
 
 from __future__ import annotations
@@ -23,37 +27,16 @@ from pathlib import Path
 import anyio
 
 from ._logwriter import Batch
+from ._sqlite_schema import open_layout
 from ._store import EventRecord, StoredResponse, StoreError, advance
 
 __all__ = ["SQLiteEventStore", "StoreLockedError"]
 
-_SCHEMA = """
-CREATE TABLE IF NOT EXISTS responses (
-    id TEXT PRIMARY KEY,
-    background INTEGER NOT NULL,
-    finished INTEGER NOT NULL,
-    last_sequence_number INTEGER NOT NULL,
-    event TEXT NOT NULL
-);
-CREATE TABLE IF NOT EXISTS event_batches (
-    response_id TEXT NOT NULL,
-    first_sequence_number INTEGER NOT NULL,
-    last_sequence_number INTEGER NOT NULL,
-    types TEXT NOT NULL,
-    data TEXT NOT NULL,
-    PRIMARY KEY (response_id, first_sequence_number)
-) WITHOUT ROWID;
-CREATE TABLE IF NOT EXISTS inputs (
-    response_id TEXT PRIMARY KEY,
-    items TEXT NOT NULL
-) WITHOUT ROWID;
-"""
-# One row per appended batch, not per event (a statement per event meant a GIL hand-off per
-# event). Wire JSON never holds a raw newline (json.dumps escapes it), so a batch's types and
-# data are stored newline-joined.
-
 # Pages of WAL between two checkpoints (SQLite's own automatic default is 1000).
 CHECKPOINT_PAGES = 1000
+
+
+_Known = tuple[int, StoredResponse]  # a response's number, and its snapshot
 
 
 class StoreLockedError(StoreError):
@@ -105,19 +88,29 @@ class SQLiteEventStore:
             self._db = self._connect()
             # The writer checkpoints on its own schedule, off the event loop (see above).
             self._db.execute("PRAGMA wal_autocheckpoint=0")
-            self._db.executescript(_SCHEMA)
+            open_layout(self._db, upgrade=lock)
             self._reader = self._connect()
+            row = self._db.execute("SELECT MAX(number) FROM responses").fetchone()
+        except StoreLockedError:
+            raise
+        except StoreError as exc:  # a layout it cannot read
+            self._unlock()
+            self._close_connections()
+            raise StoreError(f"cannot open the response store {path}: {exc}") from exc
         except (OSError, sqlite3.Error) as exc:
             self._unlock()
+            self._close_connections()
             raise StoreError(
                 f"cannot open the response store {path}: {exc}; pass --store with a writable "
                 "file path"
             ) from exc
+        self._next_number = (row[0] or 0) + 1  # this store alone writes (its lock)
         self._read_lock = threading.Lock()  # the reader connection, one thread at a time
         self._wal_pages = 0
         self._checkpointing = False
-        # What `advance` needs of each response being written and not yet ended (see `_advance`).
-        self._unfinished: dict[str, StoredResponse] = {}
+        # What `advance` needs of each response being written and not yet ended, and its number
+        # (see `_advance`).
+        self._unfinished: dict[str, _Known] = {}
 
     def _connect(self) -> sqlite3.Connection:
         db = sqlite3.connect(str(self.path), check_same_thread=False, isolation_level=None)
@@ -133,30 +126,37 @@ class SQLiteEventStore:
             self._reader.close()
         self._unlock()
 
+    def _close_connections(self) -> None:
+        for name in ("_db", "_reader"):
+            db = getattr(self, name, None)
+            if db is not None:
+                db.close()
+
     def _unlock(self) -> None:
         if self._lock_fd is not None:
             os.close(self._lock_fd)
             self._lock_fd = None
 
     @staticmethod
-    def _stored(db: sqlite3.Connection, response_id: str) -> StoredResponse | None:
+    def _stored(db: sqlite3.Connection, response_id: str) -> _Known | None:
         row = db.execute(
-            "SELECT background, finished, event FROM responses WHERE id=?", (response_id,)
+            "SELECT number, background, finished, event FROM responses WHERE id=?",
+            (response_id,),
         ).fetchone()
         if row is None:
             return None
         # The row changes with the response's lifecycle only; its last event is the last batch's.
         last = db.execute(
-            "SELECT last_sequence_number FROM event_batches WHERE response_id=? "
+            "SELECT last_sequence_number FROM events WHERE response=? "
             "ORDER BY first_sequence_number DESC LIMIT 1",
-            (response_id,),
+            (row[0],),
         ).fetchone()
-        return StoredResponse(
+        return row[0], StoredResponse(
             id=response_id,
-            background=bool(row[0]),
-            finished=bool(row[1]),
+            background=bool(row[1]),
+            finished=bool(row[2]),
             last_sequence_number=-1 if last is None else last[0],
-            event=row[2],
+            event=row[3],
         )
 
     def _write(self, response_id: str, records: Sequence[EventRecord], background: bool) -> None:
@@ -172,13 +172,13 @@ class SQLiteEventStore:
         batches that change a response's lifecycle); only when SQLite refuses one of them is
         the transaction redone batch by batch, each in a savepoint."""
         errors: list[Exception | None] = []
-        planned: list[tuple[Batch, StoredResponse]] = []
-        latest: dict[str, StoredResponse] = {}  # a response may have two batches here
+        planned: list[tuple[Batch, _Known]] = []
+        latest: dict[str, _Known] = {}  # a response may have two batches here
         for batch in batches:  # refused out-of-order appends cost no statement
             try:
-                new = self._advance(*batch, latest.get(batch[0]))
-                planned.append((batch, new))
-                latest[new.id] = new
+                known = self._advance(*batch, latest.get(batch[0]))
+                planned.append((batch, known))
+                latest[batch[0]] = known
                 errors.append(None)
             except StoreError as exc:
                 if fail:
@@ -192,7 +192,7 @@ class SQLiteEventStore:
                 self._db.execute("SAVEPOINT fast")
                 self._insert(planned)
                 self._db.execute("RELEASE fast")
-                written = [new for _, new in planned]
+                written = [known for _, known in planned]
             except (sqlite3.Error, ValueError, OverflowError) as exc:
                 self._db.execute("ROLLBACK TO fast")
                 self._db.execute("RELEASE fast")
@@ -203,16 +203,16 @@ class SQLiteEventStore:
             self._db.execute("ROLLBACK")
             raise
         self._db.execute("COMMIT")
-        for new in written:  # only what is committed is known to be there
+        for number, new in written:  # only what is committed is known to be there
             if new.finished:
                 self._unfinished.pop(new.id, None)
             else:
-                self._unfinished[new.id] = new
+                self._unfinished[new.id] = number, new
         return errors
 
     def _insert_each(
-        self, planned: list[tuple[Batch, StoredResponse]], errors: list[Exception | None]
-    ) -> list[StoredResponse]:
+        self, planned: list[tuple[Batch, _Known]], errors: list[Exception | None]
+    ) -> list[_Known]:
         """The slow path: each batch in a savepoint, so one refused batch spares the rest."""
         written = []
         failed: set[str] = set()
@@ -220,13 +220,13 @@ class SQLiteEventStore:
         for slot, (batch, new) in zip(slots, planned, strict=True):
             self._db.execute("SAVEPOINT batch")
             try:
-                if new.id in failed:  # its earlier batch here was refused: this one has a gap
-                    raise StoreError(f"an earlier batch of {new.id} could not be written")
+                if batch[0] in failed:  # its earlier batch here was refused: this one has a gap
+                    raise StoreError(f"an earlier batch of {batch[0]} could not be written")
                 self._insert([(batch, new)])
             except (StoreError, sqlite3.Error, ValueError, OverflowError) as exc:
                 self._db.execute("ROLLBACK TO batch")
                 errors[slot] = self._error(exc)
-                failed.add(new.id)
+                failed.add(batch[0])
             else:
                 written.append(new)
             self._db.execute("RELEASE batch")
@@ -242,38 +242,43 @@ class SQLiteEventStore:
         response_id: str,
         records: Sequence[EventRecord],
         background: bool,
-        old: StoredResponse | None = None,
-    ) -> StoredResponse:
+        known: _Known | None = None,
+    ) -> _Known:
         # The snapshot of a response this store is writing is in memory: no read per batch.
-        if old is None:
-            old = self._unfinished.get(response_id)
-        if old is None:
-            old = self._stored(self._db, response_id)
-        return advance(response_id, old, records, background)
+        if known is None:
+            known = self._unfinished.get(response_id)
+        if known is None:
+            known = self._stored(self._db, response_id)
+        if known is None:  # a new response: the next number (skipped if its batch fails)
+            number, old = self._next_number, None
+            self._next_number += 1
+        else:
+            number, old = known
+        return number, advance(response_id, old, records, background)
 
-    def _insert(self, planned: Sequence[tuple[Batch, StoredResponse]]) -> None:
+    def _insert(self, planned: Sequence[tuple[Batch, _Known]]) -> None:
         self._db.executemany(
-            "INSERT INTO event_batches VALUES (?, ?, ?, ?, ?)",
+            "INSERT INTO events VALUES (?, ?, ?, ?, ?)",
             [
                 (
-                    response_id,
+                    number,
                     records[0].sequence_number,
                     records[-1].sequence_number,
                     "\n".join(r.type for r in records),
                     "\n".join(r.data for r in records),
                 )
-                for (response_id, records, _), _ in planned
+                for (_, records, _), (number, _) in planned
             ],
         )
         # A response's row changes when its lifecycle does (created, in progress, its end),
         # not with every batch of deltas: most commits then touch no `responses` page at all.
         self._db.executemany(
-            "INSERT INTO responses VALUES (?, ?, ?, ?, ?) ON CONFLICT(id) DO UPDATE SET "
+            "INSERT INTO responses VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT(number) DO UPDATE SET "
             "finished=excluded.finished, last_sequence_number=excluded.last_sequence_number, "
             "event=excluded.event",
             [
-                (new.id, new.background, new.finished, new.last_sequence_number, new.event)
-                for (_, records, _), new in planned
+                (number, new.id, new.background, new.finished, new.last_sequence_number, new.event)
+                for (_, records, _), (number, new) in planned
                 if any(r.lifecycle for r in records)
             ],
         )
@@ -286,9 +291,9 @@ class SQLiteEventStore:
         # Each row holds at least one event: `limit` rows hold at least `limit` events.
         with self._read_lock:
             rows = self._reader.execute(
-                "SELECT first_sequence_number, types, data FROM event_batches "
-                "WHERE response_id=? AND last_sequence_number>? ORDER BY first_sequence_number "
-                "LIMIT ?",
+                "SELECT first_sequence_number, types, data FROM events WHERE response="
+                "(SELECT number FROM responses WHERE id=?) AND last_sequence_number>? "
+                "ORDER BY first_sequence_number LIMIT ?",
                 (response_id, after, -1 if limit is None else limit),
             ).fetchall()
         try:
@@ -307,11 +312,12 @@ class SQLiteEventStore:
 
     def _snapshot(self, response_id: str) -> StoredResponse | None:
         with self._read_lock:
-            return self._stored(self._reader, response_id)
+            known = self._stored(self._reader, response_id)
+        return None if known is None else known[1]
 
     def _list(self) -> list[str]:
         with self._read_lock:
-            rows = self._reader.execute("SELECT id FROM responses ORDER BY rowid").fetchall()
+            rows = self._reader.execute("SELECT id FROM responses ORDER BY number").fetchall()
         return [row[0] for row in rows]
 
     async def append(
@@ -365,7 +371,10 @@ class SQLiteEventStore:
 
     async def delete(self, response_id: str) -> None:
         self._db.execute("BEGIN")
-        self._db.execute("DELETE FROM event_batches WHERE response_id=?", (response_id,))
+        self._db.execute(
+            "DELETE FROM events WHERE response=(SELECT number FROM responses WHERE id=?)",
+            (response_id,),
+        )
         self._db.execute("DELETE FROM responses WHERE id=?", (response_id,))
         self._db.execute("DELETE FROM inputs WHERE response_id=?", (response_id,))
         self._db.execute("COMMIT")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import sqlite3
 from collections.abc import AsyncIterator
 from pathlib import Path
 
@@ -143,3 +144,76 @@ async def test_sqlite_snapshot_follows_every_batch_across_reopening(tmp_path: Pa
     with pytest.raises(StoreError, match="already ended"):
         await second.append("resp_1", [record(10)])
     second.close()
+
+
+# Layout 0, as streamfold wrote it before `_sqlite_schema` (the batches keyed by response id).
+LAYOUT_0 = """
+CREATE TABLE responses (id TEXT PRIMARY KEY, background INTEGER NOT NULL,
+    finished INTEGER NOT NULL, last_sequence_number INTEGER NOT NULL, event TEXT NOT NULL);
+CREATE TABLE event_batches (response_id TEXT NOT NULL, first_sequence_number INTEGER NOT NULL,
+    last_sequence_number INTEGER NOT NULL, types TEXT NOT NULL, data TEXT NOT NULL,
+    PRIMARY KEY (response_id, first_sequence_number)) WITHOUT ROWID;
+CREATE TABLE inputs (response_id TEXT PRIMARY KEY, items TEXT NOT NULL) WITHOUT ROWID;
+"""
+
+
+def _write_layout_0(path: Path) -> None:
+    db = sqlite3.connect(path, isolation_level=None)
+    db.executescript(LAYOUT_0)
+    # resp_b was made first: its rowid is lower, and `list` keeps that order.
+    for rid, records, finished in (("resp_b", LOG, 1), ("resp_a", LOG[:4], 0)):
+        lifecycle = [r for r in records if r.lifecycle][-1]
+        db.execute(
+            "INSERT INTO responses VALUES (?, 0, ?, ?, ?)",
+            (rid, finished, records[-1].sequence_number, lifecycle.data),
+        )
+        for first in range(0, len(records), 3):
+            part = records[first : first + 3]
+            db.execute(
+                "INSERT INTO event_batches VALUES (?, ?, ?, ?, ?)",
+                (
+                    rid,
+                    part[0].sequence_number,
+                    part[-1].sequence_number,
+                    "\n".join(r.type for r in part),
+                    "\n".join(r.data for r in part),
+                ),
+            )
+    db.execute("INSERT INTO inputs VALUES ('resp_a', '[1]')")
+    db.close()
+
+
+async def test_sqlite_store_upgrades_a_file_of_layout_0(tmp_path: Path) -> None:
+    """A store file written before the events table was keyed by response number opens with
+    everything in it: logs, snapshots, inputs, the order of responses; logs go on."""
+    path = tmp_path / "old.sqlite3"
+    _write_layout_0(path)
+    with pytest.raises(StoreError, match="earlier streamfold; open it once with its lock"):
+        SQLiteEventStore(path, lock=False)
+    store = SQLiteEventStore(path)
+    assert await store.list() == ["resp_b", "resp_a"]
+    assert await store.read("resp_b") == LOG
+    assert await store.read("resp_a", 1) == LOG[2:4]
+    snapshot = await store.snapshot("resp_a")
+    assert (snapshot.last_sequence_number, snapshot.finished) == (3, False)
+    assert await store.load_input("resp_a") == "[1]"
+    await store.append("resp_a", LOG[4:])
+    await store.append("resp_c", LOG)
+    assert await store.read("resp_a") == await store.read("resp_c") == LOG
+    assert await store.list() == ["resp_b", "resp_a", "resp_c"]
+    store.close()
+    reopened = SQLiteEventStore(path, lock=False)  # upgraded: readers may look now
+    assert await reopened.read("resp_a") == LOG
+    reopened.close()
+
+
+def test_sqlite_store_refuses_a_file_of_a_newer_layout(tmp_path: Path) -> None:
+    path = tmp_path / "new.sqlite3"
+    SQLiteEventStore(path).close()
+    db = sqlite3.connect(path, isolation_level=None)
+    db.execute("PRAGMA user_version=2")
+    db.close()
+    with pytest.raises(StoreError, match="newer streamfold"):
+        SQLiteEventStore(path)
+    with pytest.raises(StoreError, match="newer streamfold"):
+        SQLiteEventStore(path)
