@@ -12,11 +12,18 @@ group's leader, lets the other runs of that turn add their batches, and commits 
 one transaction (`append_many` where the store has it). A group of one costs what a plain
 append did. Each batch succeeds or fails on its own: a failing response does not fail the
 others in its group.
+
+Cancellation: a group is committed even when the run that leads it is cancelled (the leader
+alone is shielded: one cancel scope per group, not per batch), and each batch is published by
+the commit itself (`published`), so a run cancelled while it waits leaves nothing half done:
+its batch is committed and published, or refused, whether or not it is still there to hear
+which. (A run that ends after a cancellation writes its closing events next: they join the
+same group, after its batch, or a later one.)
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Protocol, runtime_checkable
 
 import anyio
@@ -28,6 +35,7 @@ from ._store import EventRecord, EventStore
 __all__ = ["Batch", "BatchStore", "LogWriter"]
 
 Batch = tuple[str, Sequence[EventRecord], bool]  # response id, its records, background
+Published = Callable[[Sequence[EventRecord]], None]
 
 
 @runtime_checkable
@@ -41,6 +49,7 @@ class BatchStore(Protocol):
 @attrs.define(eq=False)
 class _Group:
     batches: list[Batch] = attrs.Factory(list)
+    published: list[Published | None] = attrs.Factory(list)
     errors: list[Exception | None] = attrs.Factory(list)
     done: anyio.Event = attrs.Factory(anyio.Event)
 
@@ -54,19 +63,27 @@ class LogWriter:
         self._committing: anyio.Event | None = None  # set when the commit under way ends
 
     async def write(
-        self, response_id: str, records: Sequence[EventRecord], *, background: bool
+        self,
+        response_id: str,
+        records: Sequence[EventRecord],
+        *,
+        background: bool,
+        published: Published | None = None,
     ) -> None:
         """Return once `records` are committed; raises what the store raised for them.
 
-        Shield the call from cancellation: a batch half-way through a group is still committed,
-        and its caller must learn whether it was."""
+        `published(records)` is called as soon as they are committed, by whichever task
+        commits them: also when this call was cancelled while it waited (see the module
+        docstring)."""
         group = self._open
         if group is None:
             group = self._open = _Group()
         index = len(group.batches)
         group.batches.append((response_id, records, background))
+        group.published.append(published)
         if index == 0:
-            await self._lead(group)
+            with anyio.CancelScope(shield=True):
+                await self._lead(group)
         else:
             await group.done.wait()
         error = group.errors[index]
@@ -84,6 +101,11 @@ class LogWriter:
             self._open = None
             committing = self._committing = anyio.Event()
             group.errors = await self._commit(group.batches)
+            for (_, records, _), published, error in zip(
+                group.batches, group.published, group.errors, strict=True
+            ):
+                if published is not None and error is None:
+                    published(records)
         except BaseException as exc:  # e.g. a store bug: every waiter learns of it
             if self._open is group:
                 self._open = None

@@ -8,6 +8,8 @@ followed by slow clients therefore costs the server a bounded amount of memory.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import anyio
 import attrs
 
@@ -47,7 +49,7 @@ class Run:
         """The sequence number the next published event will have."""
         return self.base + len(self.records)
 
-    def publish(self, records: list[EventRecord]) -> None:
+    def publish(self, records: Sequence[EventRecord]) -> None:
         if self.keep:
             self.records.extend(records)
             if len(self.records) > WINDOW:  # older events are in the store

@@ -273,16 +273,20 @@ class ResponseService:
         return run
 
     async def _record(self, run: Run, events: list[Event]) -> list[EventRecord]:
-        """Log `events` (write-ahead), then publish them; `_StoreFailed` if the log refused."""
+        """Log `events` (write-ahead), then publish them; `_StoreFailed` if the log refused.
+
+        A logged batch is published by its commit (`LogWriter`), even when this run is
+        cancelled while it waits for that commit."""
         records = _records(events)
         if records and run.logged:
             try:
-                # Shielded: a cancelled client or run must still learn whether it was written.
-                with anyio.CancelScope(shield=True):
-                    await self.log.write(run.id, records, background=run.background)
+                await self.log.write(
+                    run.id, records, background=run.background, published=run.publish
+                )
             except Exception as exc:
                 raise _StoreFailed(records, exc) from exc
-        run.publish(records)
+        else:
+            run.publish(records)
         return records
 
     async def _close(
@@ -339,8 +343,10 @@ class ResponseService:
                 async for events in batches:
                     yield await self._record(run, events)
                     # An engine that never awaits (replay without delay) would otherwise keep
-                    # the loop until its socket buffer fills, starving every other request.
-                    await anyio.lowlevel.checkpoint()
+                    # the loop until its socket buffer fills, starving every other request. (A
+                    # logged batch gave the loop away already, while its group was committed.)
+                    if not run.logged:
+                        await anyio.lowlevel.checkpoint()
         except _StoreFailed as failed:
             yield await self._unstore(run, generation, failed)
         except Exception as exc:  # a fault of the server itself: still end the log properly

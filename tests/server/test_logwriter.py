@@ -83,3 +83,47 @@ async def test_a_batch_sqlite_refuses_fails_alone_in_its_group(tmp_path: Path) -
     assert await store.read("resp_0", 1) == await store.read("resp_2", 1) == LOG[2:5]
     assert await store.read("resp_1", 1) == LOG[2:]
     store.close()
+
+
+async def test_cancelled_writers_leave_their_batches_committed_and_published(
+    tmp_path: Path,
+) -> None:
+    """Clients leaving mid-commit must not fail the other runs of their group (one of them
+    leads it) nor leave their own batches half done: the commit publishes each batch it
+    wrote, whether or not its writer is still waiting."""
+    scopes: list[anyio.CancelScope] = []
+
+    class CancellingStore(SQLiteEventStore):
+        async def append_many(self, batches):  # type: ignore[no-untyped-def]
+            for scope in scopes:  # every writer of the group, its leader among them
+                scope.cancel()
+            await anyio.sleep(0)  # a cancelled waiter gives up here
+            return await super().append_many(batches)
+
+    store = CancellingStore(tmp_path / "r.sqlite3")
+    writer = LogWriter(store)
+    published: dict[str, list[EventRecord]] = {}
+    go = anyio.Event()
+
+    async def run(response_id: str) -> None:
+        with anyio.CancelScope() as scope:
+            scopes.append(scope)
+            await go.wait()
+            await writer.write(
+                response_id,
+                LOG[:3],
+                background=False,
+                published=lambda records: published.setdefault(response_id, list(records)),
+            )
+
+    names = [f"resp_{i}" for i in range(3)]
+    async with anyio.create_task_group() as tg:
+        for name in names:
+            tg.start_soon(run, name)
+        while len(scopes) < len(names):
+            await anyio.sleep(0)
+        go.set()  # all three write in one turn of the loop: one group
+    for name in names:
+        assert await store.read(name) == LOG[:3]
+        assert published[name] == LOG[:3]
+    store.close()
