@@ -42,17 +42,25 @@ def main() -> None:
         signature = {
             **ints(("q_ptr", "k_ptr", "v_ptr", "out_ptr"), f"*{dt}"),
             **ints(("tables_ptr", "first_ptr", "qpos_ptr"), "*i64"),
-            "sinks_ptr": "*fp32", "window": I32, "scale_log2": "fp32", "table_width": I32,
+            **ints(("sinks_ptr", "part_m_ptr", "part_l_ptr", "part_acc_ptr"), "*fp32"),
+            "window": I32, "scale_log2": "fp32", "table_width": I32,
             **ints(("stride_qb", "stride_qh", "stride_kh", "stride_kblk", "stride_ks"), I32),
             **ints(("stride_vh", "stride_vblk", "stride_vs", "stride_ob", "stride_oh"), I32),
             "stride_tb": I32,
         }  # fmt: skip
-        for block_size in (16, 3) if full else (16,):
+        for block_size, splits in ((16, 1), (3, 1), (16, 8)) if full else ((16, 1),):
             constexprs = dict(
                 GROUP=8, GROUP_PAD=16, HEAD_DIM=64, DIM_PAD=64, BLOCK_SIZE=block_size,
-                BLOCK_N=64, PRECISION=precision, UPCAST=False,
+                BLOCK_N=64, PRECISION=precision, UPCAST=False, SPLITS=splits,
             )  # fmt: skip
             print(build(decode._decode_kernel, signature, constexprs))
+        if full:
+            signature = {
+                "out_ptr": f"*{dt}", **ints(("part_m_ptr", "part_l_ptr", "part_acc_ptr"), "*fp32"),
+                "stride_ob": I32, "stride_oh": I32,
+            }  # fmt: skip
+            constexprs = dict(HEAD_DIM=64, DIM_PAD=64, SPLITS=8)
+            print(build(decode._combine_kernel, signature, constexprs))
         for packed in (True, False) if full else (True,):
             weights = "*u8" if packed else f"*{dt}"
             signature = {
