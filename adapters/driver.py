@@ -80,9 +80,17 @@ def step_chunk(
     """
     events: list[Event] = []
     try:
-        for token, logprob, top in _tokens(chunk):
-            state, produced = step(state, token, logprob, top)
-            events.extend(produced)
+        if chunk.logprobs is None and chunk.top_logprobs is None:
+            # Most chunks carry no logprobs: `step(state, token)` is the compiled step's fast
+            # call, and zipping in two columns of None cost as much as the step itself
+            # (benchmarks/bench_cli.py, replay).
+            for token in chunk.token_ids:
+                state, produced = step(state, token)
+                events += produced
+        else:
+            for token, logprob, top in _tokens(chunk):
+                state, produced = step(state, token, logprob, top)
+                events += produced
     except Exception as exc:
         return state, events, exc
     return state, events, None

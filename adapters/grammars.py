@@ -82,7 +82,7 @@ def iter_replay(trace: Trace, base_dir: Path | None = None) -> Iterator[Event]:
     return fold(
         grammar_for(trace.header, base_dir),
         response_for(trace.header),
-        trace.entries,
+        trace.entries if trace.loop else trace.chunks,  # no merged copy for a plain trace
         reason,
         message,
         input_tokens=len(trace.header.get("prompt_token_ids", ())),

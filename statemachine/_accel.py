@@ -1,4 +1,5 @@
-"""`step` and `sse_event`, with their hot paths compiled where the C extension was built.
+"""`step`, `sse_event` and `json_line`, with their hot paths compiled where the C extension
+was built.
 
 `_speedups.c` holds two of them: the harmony hot path of `_reducer.step` (one token of text
 inside an open item: decode, one delta event, one new item, one new state), and the SSE frame
@@ -22,9 +23,10 @@ from . import _items, _wire
 from ._grammar import ResponseState
 from ._grammars import harmony as _harmony
 from ._reducer import step as python_step
+from ._wire import json_line as python_json_line
 from ._wire import sse_event as python_sse_event
 
-__all__ = ["ACCELERATED", "sse_event", "step"]
+__all__ = ["ACCELERATED", "json_line", "sse_event", "step"]
 
 # The fields the compiled step reads, in the order `configure` takes their positions.
 _STATE_FIELDS = (
@@ -60,14 +62,17 @@ def _frame_specs() -> dict[type, tuple[bytes, tuple[tuple[bytes, Any, int], ...]
     return specs
 
 
-def _compiled() -> tuple[Callable[..., Any], Callable[..., Any]] | None:
+def _compiled() -> tuple[Callable[..., Any], Callable[..., Any], Callable[..., Any]] | None:
     if os.environ.get("STREAMFOLD_PURE_PYTHON"):
         return None
     try:
         from . import _speedups
     except ImportError:
         return None
-    _speedups.configure_sse(python_sse_event, _frame_specs())
+    frames = _frame_specs()
+    _speedups.configure_sse(python_sse_event, frames)
+    # The same layouts as one JSON line: the object alone, without the SSE head.
+    _speedups.configure_json_line(python_json_line, {k: (b"{", f) for k, (_, f) in frames.items()})
     specs = {kind: None if make is None else make.plan for kind, make in _items.DELTAS.items()}
     state_fields = ResponseState._fields
     item_fields = _items.OpenItem._fields
@@ -82,14 +87,19 @@ def _compiled() -> tuple[Callable[..., Any], Callable[..., Any]] | None:
         (*(state_fields.index(f) for f in _STATE_FIELDS), len(state_fields)),
         (*(item_fields.index(f) for f in _ITEM_FIELDS), len(item_fields)),
     )
-    return _speedups.step, _speedups.sse_event
+    return _speedups.step, _speedups.sse_event, _speedups.json_line
 
 
 _compiled_functions = _compiled()
-#: Whether `step` and `sse_event` run the compiled hot paths.
+#: Whether `step`, `sse_event` and `json_line` run the compiled hot paths.
 ACCELERATED = _compiled_functions is not None
 if TYPE_CHECKING:
     step = python_step  # the same signatures, whichever runs
     sse_event = python_sse_event
+    json_line = python_json_line
 else:
-    step, sse_event = _compiled_functions or (python_step, python_sse_event)
+    step, sse_event, json_line = _compiled_functions or (
+        python_step,
+        python_sse_event,
+        python_json_line,
+    )

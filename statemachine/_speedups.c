@@ -371,6 +371,12 @@ static PyMethodDef methods[] = {
     {"configure_sse", speedups_configure_sse, METH_VARARGS,
      "configure_sse(python_sse_event, frame_specs)\n--\n\n"
      "Tell the compiled frame writer the plain events' layouts (statemachine/_accel.py)."},
+    {"json_line", speedups_json_line, METH_O,
+     "json_line(event)\n--\n\n"
+     "`streamfold.statemachine._wire.json_line` with plain events written in C."},
+    {"configure_json_line", speedups_configure_json_line, METH_VARARGS,
+     "configure_json_line(python_json_line, line_specs)\n--\n\n"
+     "Tell the compiled line writer the plain events' layouts (statemachine/_accel.py)."},
     {"configure", configure, METH_VARARGS,
      "configure(python_step, ResponseState, OpenItem, HarmonyGrammar, content_phase, "
      "reasoning_kind, "

@@ -7,5 +7,7 @@
 void speedups_take(PyObject **slot, PyObject *value);
 PyObject *speedups_sse_event(PyObject *module, PyObject *event);
 PyObject *speedups_configure_sse(PyObject *module, PyObject *args);
+PyObject *speedups_json_line(PyObject *module, PyObject *event);
+PyObject *speedups_configure_json_line(PyObject *module, PyObject *args);
 
 #endif

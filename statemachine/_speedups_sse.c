@@ -1,10 +1,12 @@
 /* The compiled SSE frame of a plain event: the `sse_event` half of `_speedups` (the module and
- * its `step` half are in `_speedups.c`).
+ * its `step` half are in `_speedups.c`), and its sibling `json_line`.
  *
  * A plain event (a delta or a progress event: only str and int fields, see `_wire.plain_plan`)
  * is written straight to its frame, `event: T\ndata: {...}\n\n`, in the generic path's field
  * order and with json.dumps's escaping (ensure_ascii=False: `"`, `\`, and control characters
  * below U+0020; everything else as UTF-8). Anything else goes to the Python `sse_event`.
+ * `json_line` writes the same JSON as one line, `{...}\n` (what `streamfold replay` prints),
+ * from its own table of heads, with `_wire.json_line` as its Python reference.
  */
 
 #define PY_SSIZE_T_CLEAN
@@ -13,8 +15,18 @@
 
 #include "_speedups.h"
 
-static PyObject *python_sse_event = NULL;
-static PyObject *frame_specs = NULL;  /* type -> (head, ((prefix, descr | None, kind), ...)) */
+/* One way to frame a plain event: the Python reference for everything else, the layouts, and
+ * what closes the frame. */
+typedef struct {
+    PyObject *reference;
+    PyObject *specs;  /* type -> (head, ((prefix, descr | None, kind), ...)) */
+    const char *tail;
+    Py_ssize_t tail_size;
+    const char *name;
+} Framer;
+
+static Framer sse_framer = {NULL, NULL, "}\n\n", 3, "sse_event"};
+static Framer line_framer = {NULL, NULL, "}\n", 2, "json_line"};
 
 enum { FIELD_LITERAL = 0, FIELD_INT = 1, FIELD_STR = 2, FIELD_EMPTY_LIST = 3 };
 #define MAX_PLAIN_FIELDS 16
@@ -74,7 +86,7 @@ write_int(char *dst, long long value)
 
 /* The frame of a plain event; NULL with no error set when the general path must write it. */
 static PyObject *
-frame_plain(PyObject *event, PyObject *spec)
+frame_plain(PyObject *event, PyObject *spec, const Framer *framer)
 {
     PyObject *head = PyTuple_GET_ITEM(spec, 0);
     PyObject *fields = PyTuple_GET_ITEM(spec, 1);
@@ -89,7 +101,7 @@ frame_plain(PyObject *event, PyObject *spec)
     long long number[MAX_PLAIN_FIELDS];
     PyObject *result = NULL;
     int general = 0;
-    Py_ssize_t size = PyBytes_GET_SIZE(head) + 3;  /* the closing `}\n\n` */
+    Py_ssize_t size = PyBytes_GET_SIZE(head) + framer->tail_size;
 
     for (Py_ssize_t i = 0; i < n && !general; i++) {
         PyObject *field = PyTuple_GET_ITEM(fields, i);
@@ -170,8 +182,8 @@ frame_plain(PyObject *event, PyObject *spec)
             *out++ = ']';
         }
     }
-    memcpy(out, "}\n\n", 3);
-    out += 3;
+    memcpy(out, framer->tail, framer->tail_size);
+    out += framer->tail_size;
     if (_PyBytes_Resize(&result, out - PyBytes_AS_STRING(result)) < 0) {
         result = NULL;
     }
@@ -184,18 +196,18 @@ done:
     return result;
 }
 
-PyObject *
-speedups_sse_event(PyObject *module, PyObject *event)
+static PyObject *
+frame_event(const Framer *framer, PyObject *event)
 {
-    (void)module;
-    if (python_sse_event == NULL) {
-        PyErr_SetString(PyExc_RuntimeError,
-                        "streamfold.statemachine._speedups.sse_event used before configure_sse()");
+    if (framer->reference == NULL) {
+        PyErr_Format(PyExc_RuntimeError,
+                     "streamfold.statemachine._speedups.%s used before it was configured",
+                     framer->name);
         return NULL;
     }
-    PyObject *spec = PyDict_GetItemWithError(frame_specs, (PyObject *)Py_TYPE(event));
+    PyObject *spec = PyDict_GetItemWithError(framer->specs, (PyObject *)Py_TYPE(event));
     if (spec != NULL) {
-        PyObject *frame = frame_plain(event, spec);
+        PyObject *frame = frame_plain(event, spec, framer);
         if (frame != NULL || PyErr_Occurred()) {
             return frame;
         }
@@ -203,19 +215,45 @@ speedups_sse_event(PyObject *module, PyObject *event)
     else if (PyErr_Occurred()) {
         return NULL;
     }
-    return PyObject_CallOneArg(python_sse_event, event);
+    return PyObject_CallOneArg(framer->reference, event);
+}
+
+PyObject *
+speedups_sse_event(PyObject *module, PyObject *event)
+{
+    (void)module;
+    return frame_event(&sse_framer, event);
+}
+
+PyObject *
+speedups_json_line(PyObject *module, PyObject *event)
+{
+    (void)module;
+    return frame_event(&line_framer, event);
+}
+
+static PyObject *
+configure_framer(Framer *framer, PyObject *args, const char *format)
+{
+    PyObject *reference, *specs;
+    if (!PyArg_ParseTuple(args, format, &reference, &PyDict_Type, &specs)) {
+        return NULL;
+    }
+    speedups_take(&framer->reference, reference);
+    speedups_take(&framer->specs, specs);
+    Py_RETURN_NONE;
 }
 
 PyObject *
 speedups_configure_sse(PyObject *module, PyObject *args)
 {
     (void)module;
-    PyObject *reference, *specs;
-    if (!PyArg_ParseTuple(args, "OO!:configure_sse", &reference, &PyDict_Type, &specs)) {
-        return NULL;
-    }
-    speedups_take(&python_sse_event, reference);
-    speedups_take(&frame_specs, specs);
-    Py_RETURN_NONE;
+    return configure_framer(&sse_framer, args, "OO!:configure_sse");
 }
 
+PyObject *
+speedups_configure_json_line(PyObject *module, PyObject *args)
+{
+    (void)module;
+    return configure_framer(&line_framer, args, "OO!:configure_json_line");
+}

@@ -25,6 +25,7 @@ from ._events import Event
 __all__ = [
     "dumps",
     "from_wire",
+    "json_line",
     "json_type",
     "loads",
     "sse_event",
@@ -273,6 +274,11 @@ def dumps(value: Any) -> str:
     if encode is not None and not getattr(value, "logprobs", None):
         return encode(value)  # type: ignore[no-any-return]
     return json.dumps(to_wire(value), separators=(",", ":"), ensure_ascii=False)
+
+
+def json_line(event: Event) -> bytes:
+    """One event as a line of JSON lines (`streamfold replay`'s output): `dumps`, then `\n`."""
+    return dumps(event).encode() + b"\n"
 
 
 def sse_event(event: Event) -> bytes:

@@ -34,10 +34,7 @@ def _add_replay(subparsers: argparse._SubParsersAction[argparse.ArgumentParser])
 def _run_replay(args: argparse.Namespace) -> int:
     from streamfold.adapters.grammars import iter_replay
     from streamfold.engines import TraceFormatError, read_trace
-    from streamfold.statemachine import Event, StreamfoldError, dumps, sse_event
-
-    def json_line(event: Event) -> bytes:
-        return dumps(event).encode() + b"\n"
+    from streamfold.statemachine import StreamfoldError, json_line, sse_event
 
     try:
         trace = read_trace(args.trace)

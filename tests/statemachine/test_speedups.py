@@ -2,7 +2,8 @@
 
 Invariants: for any token sequence, with or without logprobs, the compiled `step` and the
 Python `step` return equal events (and byte-identical wire JSON) and equal states after every
-token; for any plain event, the compiled `sse_event` writes the same bytes as the Python one.
+token; for any plain event, the compiled `sse_event` and `json_line` write the same bytes as the
+Python ones.
 The compiled paths must also leak nothing (reference counts of what they touch come back) and
 hand every misuse to Python, so the typed errors stay the same.
 """
@@ -220,6 +221,7 @@ def test_compiled_frames_equal_python_frames_for_every_plain_event(
     }
     event = cls(**fields)
     assert _speedups.sse_event(event) == _wire.sse_event(event)
+    assert _speedups.json_line(event) == _wire.json_line(event)
 
 
 @compiled
@@ -235,6 +237,9 @@ def test_compiled_frame_hands_a_delta_with_logprobs_to_python() -> None:
     frame = _speedups.sse_event(event)
     assert frame == _wire.sse_event(event)
     assert b'"logprob":-0.5' in frame
+    line = _speedups.json_line(event)
+    assert line == _wire.json_line(event)
+    assert b'"logprob":-0.5' in line
 
 
 @compiled
@@ -246,6 +251,10 @@ def test_compiled_frame_of_a_lone_surrogate_raises_as_python_does() -> None:
         _wire.sse_event(event)
     with pytest.raises(UnicodeEncodeError):
         _speedups.sse_event(event)
+    with pytest.raises(UnicodeEncodeError):
+        _wire.json_line(event)
+    with pytest.raises(UnicodeEncodeError):
+        _speedups.json_line(event)
 
 
 @compiled
@@ -257,6 +266,7 @@ def test_compiled_frame_leaks_no_references() -> None:
     before = [sys.getrefcount(value) for value in watched]
     for _round in range(2000):
         _speedups.sse_event(event)
+        _speedups.json_line(event)
     assert [sys.getrefcount(value) for value in watched] == before
 
 
