@@ -46,6 +46,16 @@ _STATUS = {
 _USAGE = {"input_tokens": w.INDEX, "output_tokens": w.INDEX, "total_tokens": w.INDEX,
           "input_tokens_details": w.OBJ, "output_tokens_details": w.OBJ}
 _JSON_SCALARS = (str, int, float, bool, list, type(None))
+# The fast path's deltas: each type's stream, and whether it carries `logprobs` (R30). Its
+# checks are written for exactly these required fields; a change to `_wire.FIELDS` that it would
+# miss fails here at import rather than passing events it no longer judges.
+_QUIET: dict[str, tuple[w.Stream, bool]] = {}
+for _etype, _stream in w.DELTAS.items():
+    _logprobs = "logprobs" in w.FIELDS[_etype]
+    _part = () if _stream.part is None else (w.FAMILIES[_stream.part].index_field,)
+    _known = {"item_id", "output_index", "delta", *_part, *(("logprobs",) * _logprobs)}
+    assert set(w.FIELDS[_etype]) == _known, (_etype, w.FIELDS[_etype])
+    _QUIET[_etype] = (_stream, _logprobs)
 
 
 def check(events: Iterable[Mapping[str, Any] | object]) -> list[Violation]:
@@ -85,6 +95,21 @@ class _Checker:
 
     def event(self, position: int, raw: object) -> None:
         self._count = position + 1
+        if type(raw) is dict and self._phase == 2 and self._end is None:
+            # The fast path, for the events nearly every stream is made of: a delta that breaks
+            # no rule changes only its text. Quiet means in its place (R3), after the opening
+            # and before the end (R4, R6), without logprobs (R2, R30), and, judged by
+            # `Items.quiet_delta`, into the right open item and part (R11-R16) whose tool has
+            # not run yet (R27). Anything else takes the general path below.
+            etype = raw.get("type")
+            quiet = _QUIET.get(etype) if type(etype) is str else None
+            if quiet is not None:
+                seq = raw.get("sequence_number")
+                entries = raw.get("logprobs") if quiet[1] else []
+                if (type(seq) is int and seq == position and type(entries) is list
+                        and not entries
+                        and self._items.quiet_delta(raw, quiet[0], self._tools.running)):
+                    return
         self._where = (position, None, None)
         ev = self._as_wire(raw)
         if ev is None:

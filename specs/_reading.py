@@ -10,6 +10,13 @@ read, so memory follows the checker's state, not the input's length; a line long
 `MAX_LINE_BYTES` is an error (issue 14: `check` on endless input read 23 GB). Input that is not
 a stream at all gets an error that says what it is: an error answer from a server, or a
 streamfold trace that `streamfold replay` turns into a stream.
+
+Speed (issue 16: `check` as fast as `replay`). The input is read in blocks of whole lines, about
+a megabyte each. A block of plain input, JSON lines or SSE frames exactly as servers write them
+(`event: T`, `data: {...}`, a blank line), is decoded by `orjson` where it is installed, one
+call per event; every other block, and any block orjson refuses, takes the general path and its
+messages. So the fast path gives only events the general path would give
+(tests/specs/test_reading_blocks.py holds the two equal over generated and mutated input).
 """
 
 from __future__ import annotations
@@ -29,6 +36,12 @@ from streamfold.statemachine._sse import SSEParser
 from ._checker import check
 from ._violation import Violation
 
+_orjson_loads: Callable[[bytes], Any] | None
+try:
+    from orjson import loads as _orjson_loads
+except ImportError:  # an optional speed-up (CPython only); json reads the same, slower
+    _orjson_loads = None
+
 __all__ = [
     "MAX_LINE_BYTES",
     "StreamReading",
@@ -44,8 +57,16 @@ _LINE_END = re.compile(r"\r\n|\r|\n")
 # The C scanner json.loads itself uses (typeshed does not declare the attribute).
 _SCAN: Callable[[str, int], tuple[Any, int]] = json.JSONDecoder().scan_once  # type: ignore[attr-defined]
 _BETWEEN = re.compile(r"[ \t]*(?:\r\n|\r|\n)[ \t\r\n]*")
-#: Lines of JSON are read in batches of about this many characters, each in one scan.
+#: The input is read in blocks of about this many bytes, cut after a line end.
 _BATCH = 2**20
+# orjson reads an integer past 64 bits as a float where json keeps an int (a verdict on R2):
+# a block with a run of 19 digits anywhere takes the general path. (Found by mapping digits to
+# "0" and all else to "."; a regex took a second per 30 MB.)
+_DIGITS_ONLY = bytes(48 if 48 <= b <= 57 else 46 for b in range(256))
+_LONG_DIGITS = b"0" * 19
+# orjson reads 1024 levels of nesting, json only what Python's recursion limit leaves (the
+# general path's "nested too deeply"): a line that may hold 500 levels takes the general path.
+_DEEP = 500
 #: The longest line read (an SSE `data:` line holds one event; `response.completed` carries the
 #: whole output): longer is an error, not a memory hog.
 MAX_LINE_BYTES = 64 * 2**20
@@ -72,9 +93,11 @@ class StreamReading:
 
 @attrs.define
 class _Reader:
-    """One pass over the input's lines: the events, and what the framing showed on the way."""
+    """One pass over the input: the events, and what the framing showed on the way.
 
-    lines: Iterator[bytes]
+    `blocks` are the input cut after line ends (only the last may end inside a line)."""
+
+    blocks: Iterator[bytes]
     max_bytes: int | None = None  # of a JSON array stream, which is read whole
     framing: str = ""
     count: int = 0
@@ -84,10 +107,9 @@ class _Reader:
     def events(self) -> Iterator[Any]:
         head: list[bytes] = []
         first = None
-        for raw in self.lines:
-            head.append(raw)
-            text = raw.decode("utf-8", errors="replace").lstrip("\ufeff")
-            first = next((line for line in _LINE_END.split(text) if line.strip()), None)
+        for block in self.blocks:
+            head.append(block)
+            first = _first_line(block)
             if first is not None:
                 break
         if first is None:
@@ -95,25 +117,25 @@ class _Reader:
                 "the input is empty; give a stream recorded as SSE "
                 "(`event:`/`data:` lines) or as JSON lines"
             )
-        lines = itertools.chain(head, self.lines)
+        blocks = itertools.chain(head, self.blocks)
         if _SSE_LINE.match(first):
             self.framing = "sse"
-            found = self._sse(lines)
+            found = self._sse(blocks)
         elif first.lstrip().startswith("["):
-            found = self._json(lines)
+            found = self._json(blocks)
         else:
             self.framing = "jsonl"
-            found = self._lines_of_json(lines)
+            found = self._lines_of_json(blocks)
         for event in found:
             if self.count == 0:
                 _not_a_stream(event)
             self.count += 1
             yield event
 
-    def _json(self, lines: Iterable[bytes]) -> Iterator[Any]:
+    def _json(self, blocks: Iterable[bytes]) -> Iterator[Any]:
         """One JSON array of events (it must be read whole), or JSON lines after all."""
         data = b""
-        for raw in lines:
+        for raw in blocks:
             data += raw
             if self.max_bytes is not None and len(data) > self.max_bytes:
                 raise UnreadableStreamError(
@@ -129,36 +151,46 @@ class _Reader:
             yield from whole
             return
         self.framing = "jsonl"
-        yield from self._lines_of_json(io.BytesIO(data))
+        yield from self._lines_of_json([data])
 
-    def _lines_of_json(self, lines: Iterable[bytes]) -> Iterator[Any]:
-        """JSON lines, decoded line by line and parsed a batch of lines at a time."""
-        number = 0  # lines before the batch
-        batch: list[str] = []
-        size = 0
-        for raw in itertools.chain(lines, [None]):
-            if raw is not None:
-                try:
-                    text = raw.decode("utf-8")
-                except UnicodeDecodeError as exc:
-                    where = number + sum(_count_lines(t) for t in batch) + 1
-                    raise UnreadableStreamError(
-                        f"line {where} is not UTF-8 ({exc.reason} at byte {exc.start}); JSON "
-                        "lines must be UTF-8"
-                    ) from exc
-                batch.append(text.lstrip("\ufeff") if number == 0 and not batch else text)
-                size += len(text)
-                if size < _BATCH:
-                    continue
-            text, batch, size = "".join(batch), [], 0
+    def _lines_of_json(self, blocks: Iterable[bytes]) -> Iterator[Any]:
+        """JSON lines, a block of lines at a time."""
+        number = 0  # lines before the block
+        for block in blocks:
+            fast = _fast_json_lines(block)
+            if fast is not None:
+                yield from fast
+                number += block.count(b"\n")  # no CR in a fast block: LF ends every line
+                continue
+            text = _decode_lines(block, number)
             yield from _parse_json_lines(text, number)
             number += _count_lines(text)
 
-    def _sse(self, lines: Iterable[bytes]) -> Iterator[Any]:
+    def _sse(self, blocks: Iterable[bytes]) -> Iterator[Any]:
         parser = SSEParser()
+        fed = False  # whether the parser has seen the stream's start (where a BOM is dropped)
+        between = True  # whether the blocks so far ended between two events
         number = 0
-        for raw in itertools.chain(lines, [None]):
-            messages = parser.close() if raw is None else parser.feed(raw)
+        for block in itertools.chain(_cut_after_events(blocks), [None]):
+            plain = _plain_sse(block) if between and block is not None else None
+            if plain is not None:
+                if not fed:  # a comment: the parser is past the start, and nothing else
+                    parser.feed(b":\n")
+                    fed = True
+                names, events = plain
+                number += len(events)
+                if names == [e.get("type") if type(e) is dict else None for e in events]:
+                    yield from events  # no `event:` field differs from its type (R24)
+                    continue
+                for name, event in zip(names, events, strict=True):
+                    self._event_field(name or None, event)
+                    yield event
+                continue
+            if block is None:
+                messages = parser.close()
+            else:
+                messages, fed = parser.feed(block), True
+                between = block.endswith(b"\n\n")  # the blank line dispatched the last event
             for message in messages:
                 if message.data.strip() == "[DONE]":
                     self.violations.append(
@@ -176,25 +208,108 @@ class _Reader:
                     continue
                 event = _loads(message.data, f"SSE event #{number}", what="carries data that")
                 number += 1
-                etype = event.get("type") if isinstance(event, dict) else None
-                if message.event is not None and isinstance(etype, str) and message.event != etype:
-                    seq = event.get("sequence_number")
-                    self.violations.append(
-                        Violation(
-                            position=self.count,
-                            sequence_number=seq if type(seq) is int else None,
-                            event_type=etype,
-                            rule="R24",
-                            message=f"SSE `event: {message.event}` but the data's type is "
-                            f"{etype!r}",
-                        )
-                    )
+                self._event_field(message.event, event)
                 yield event
         self.truncated = parser.truncated
         if number == 0:
             raise UnreadableStreamError(
                 "no complete SSE event in the input (an event ends with a blank line)"
             )
+
+    def _event_field(self, name: str | None, event: Any) -> None:
+        """R24: the SSE `event:` field names the data's type."""
+        etype = event.get("type") if isinstance(event, dict) else None
+        if name is not None and isinstance(etype, str) and name != etype:
+            seq = event.get("sequence_number")
+            self.violations.append(
+                Violation(
+                    position=self.count,
+                    sequence_number=seq if type(seq) is int else None,
+                    event_type=etype,
+                    rule="R24",
+                    message=f"SSE `event: {name}` but the data's type is {etype!r}",
+                )
+            )
+
+
+def _cut_after_events(blocks: Iterable[bytes]) -> Iterator[bytes]:
+    """SSE blocks re-cut after their last blank line (an event's end), the rest carried into
+    the next block, so that whole blocks of events can take the fast path; a block without a
+    blank line goes on whole (the carry stays under two blocks)."""
+    carry = b""
+    for block in blocks:
+        block = carry + block if carry else block
+        cut = block.rfind(b"\n\n") + 2
+        if cut < 2:
+            carry = b""
+            yield block
+            continue
+        carry = block[cut:]
+        yield block[:cut]
+    if carry:
+        yield carry
+
+
+def _decode_lines(block: bytes, before: int) -> str:
+    """A block of JSON lines as text (a leading BOM dropped); `before` lines came earlier."""
+    try:
+        text = block.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        start = block.rfind(b"\n", 0, exc.start) + 1
+        where = before + _count_lines(block[:start].decode("utf-8")) + 1
+        raise UnreadableStreamError(
+            f"line {where} is not UTF-8 ({exc.reason} at byte {exc.start - start}); JSON lines "
+            "must be UTF-8"
+        ) from exc
+    return text.lstrip("\ufeff") if before == 0 else text
+
+
+def _fast_json_lines(block: bytes) -> list[Any] | None:
+    """The events of a block of plain JSON lines, one orjson call per line; None for anything
+    orjson does not read exactly as json would (the general path then reads the block)."""
+    if _orjson_loads is None:
+        return None
+    if b"\r" in block or _LONG_DIGITS in block.translate(_DIGITS_ONLY):
+        return None  # a CR breaks lines for the general path, and orjson would skip it
+    lines = block.split(b"\n")
+    if _maybe_deep(lines):
+        return None
+    try:
+        return [_orjson_loads(line) for line in lines if line and not line.isspace()]
+    except ValueError:  # not JSON, a lone surrogate, NaN, 1e400, a BOM: the general path says
+        return None
+
+
+def _maybe_deep(lines: list[bytes]) -> bool:
+    """Whether a line may nest `_DEEP` levels: as many `[` and `{`, and as many closing."""
+    if max(map(len, lines), default=0) < 2 * _DEEP:
+        return False
+    return any(len(x) >= 2 * _DEEP and x.count(b"[") + x.count(b"{") >= _DEEP for x in lines)
+
+
+def _plain_sse(block: bytes) -> tuple[list[str], list[Any]] | None:
+    """The `event:` fields and the events of a block of plain frames (`event: T`, `data: {...}`,
+    blank line, LF only), or None: the general path (the SSE parser) then reads the block."""
+    if _orjson_loads is None or not block.endswith(b"\n\n"):
+        return None
+    if b"\r" in block or _LONG_DIGITS in block.translate(_DIGITS_ONLY):
+        return None
+    lines = block.split(b"\n")
+    del lines[-1]  # after the last LF
+    if len(lines) % 3 or lines[2::3].count(b"") != len(lines) // 3 or _maybe_deep(lines):
+        return None
+    # Every first line of a frame starts `event: ` and every second `data: `; checked on the
+    # joined lines (no line holds an LF), which is one C call instead of one per frame.
+    names, datas = b"\n".join(lines[0::3]), lines[1::3]
+    if not names.startswith(b"event: ") or names.count(b"\nevent: ") != len(datas) - 1:
+        return None
+    if any(data[:6] != b"data: " for data in datas):
+        return None
+    try:
+        fields = names.decode().split("\n")
+        return [f[7:] for f in fields], [_orjson_loads(data[6:]) for data in datas]
+    except ValueError:  # not UTF-8, not JSON, `[DONE]`: the general path says what
+        return None
 
 
 def _loads(text: str, where: str, *, what: str = "is", hint: str = "") -> Any:
@@ -272,16 +387,58 @@ def _not_a_stream(first: Any) -> None:
         )
 
 
-def _bounded_lines(file: IO[bytes], max_line_bytes: int) -> Iterator[bytes]:
-    number = 0
-    while raw := file.readline(max_line_bytes + 1):
-        number += 1
-        if len(raw) > max_line_bytes and not raw.endswith(b"\n"):
-            raise UnreadableStreamError(
-                f"line {number} is longer than {max_line_bytes} bytes; a stream's lines are "
-                "single events"
-            )
-        yield raw
+def _first_line(block: bytes) -> str | None:
+    """The block's first line that is not blank, if any (a BOM starting a line is dropped)."""
+    for raw in block.split(b"\n"):
+        text = raw.decode("utf-8", errors="replace").lstrip("\ufeff")
+        first = next((line for line in _LINE_END.split(text) if line.strip()), None)
+        if first is not None:
+            return first
+    return None
+
+
+def _blocks(file: IO[bytes], max_line_bytes: int | None) -> Iterator[bytes]:
+    """The input in blocks of about `_BATCH` bytes, each cut after a line end (the input's last
+    line may have none). A line longer than `max_line_bytes` raises `UnreadableStreamError`
+    once the lines before it are handed on, as reading line by line would."""
+    rest = b""
+    before = 0  # line ends before `rest`
+    while True:
+        chunk = file.read(_BATCH)
+        data = rest + chunk if rest else chunk
+        cut = data.rfind(b"\n") + 1 if chunk else len(data)
+        block, rest = data[:cut], data[cut:]
+        if max_line_bytes is not None:
+            long = _long_line(block, max_line_bytes)
+            if long is None and len(rest) > max_line_bytes:
+                long = len(block)  # the line being read is too long already
+            if long is not None:
+                if long:
+                    yield block[:long]
+                number = before + block.count(b"\n", 0, long) + 1
+                raise UnreadableStreamError(
+                    f"line {number} is longer than {max_line_bytes} bytes; a stream's lines are "
+                    "single events"
+                )
+        if block:
+            before += block.count(b"\n")
+            yield block
+        if not chunk:
+            return
+
+
+def _long_line(block: bytes, limit: int) -> int | None:
+    """Where the block's first line longer than `limit` bytes (its LF not counted) starts."""
+    if len(block) <= limit:
+        return None
+    start = 0
+    while start < len(block):
+        end = block.find(b"\n", start)
+        end = len(block) if end < 0 else end
+        if end - start > limit:
+            return start
+        start = end + 1
+    return None
 
 
 def _kept(events: Iterator[Any], keep: list[Any]) -> Iterator[Any]:
@@ -305,7 +462,7 @@ def _check(reader: _Reader, keep: list[Any] | None) -> tuple[StreamReading, list
 
 def read_stream(data: bytes) -> StreamReading:
     """Parse `data` into events; raise `UnreadableStreamError` when it is not a stream."""
-    reader = _Reader(lines=iter(io.BytesIO(data)))
+    reader = _Reader(blocks=_blocks(io.BytesIO(data), None))
     events = tuple(reader.events())
     return StreamReading(
         events=events,
@@ -317,13 +474,13 @@ def read_stream(data: bytes) -> StreamReading:
 
 def check_bytes(data: bytes) -> tuple[StreamReading, list[Violation]]:
     """Read a recorded stream and check it: framing violations and `check`'s, in order."""
-    return _check(_Reader(lines=iter(io.BytesIO(data))), keep=[])
+    return _check(_Reader(blocks=_blocks(io.BytesIO(data), None)), keep=[])
 
 
 def check_file(
     file: IO[bytes], *, max_line_bytes: int = MAX_LINE_BYTES
 ) -> tuple[StreamReading, list[Violation]]:
-    """`check_bytes` for a file or pipe of any length, read line by line without keeping the
-    events; a line longer than `max_line_bytes` raises `UnreadableStreamError`."""
-    reader = _Reader(lines=_bounded_lines(file, max_line_bytes), max_bytes=max_line_bytes)
+    """`check_bytes` for a file or pipe of any length, read a block of lines at a time without
+    keeping the events; a line longer than `max_line_bytes` raises `UnreadableStreamError`."""
+    reader = _Reader(blocks=_blocks(file, max_line_bytes), max_bytes=max_line_bytes)
     return _check(reader, keep=None)

@@ -16,6 +16,7 @@ keeps a multi-generation stream honest about which call finished.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
+from collections.abc import Set as AbstractSet
 from typing import Any
 
 from . import _wire as w
@@ -42,6 +43,7 @@ class ToolProgress:
     def __init__(self, report: Report) -> None:
         self._report = report
         self._seen: dict[int, list[str]] = {}
+        self._running: set[int] = set()  # indexes past in_progress: `text` reports there
 
     def stage(self, index: int, family: str, etype: str) -> None:
         """A progress event `response.<family>.<stage>` for the open item at `index`."""
@@ -59,6 +61,8 @@ class ToolProgress:
                 f"of a {family} run {' -> '.join(_order(ranks))}",
             )
         seen.append(stage)
+        if ranks[stage] > 0:
+            self._running.add(index)
 
     def text(self, index: int, item_type: str | None, etype: str) -> None:
         """A delta or `.done` of the item's own text (code, MCP arguments)."""
@@ -73,6 +77,12 @@ class ToolProgress:
                 f"{etype} after response.{item_type}.{ran[0]}: a call's "
                 "text is written in full before its tool runs",
             )
+
+    @property
+    def running(self) -> AbstractSet[int]:
+        """The output indexes whose tool has run (a stage past in_progress): `text` reports a
+        delta there, and says nothing anywhere else."""
+        return self._running
 
     def done(self, index: int, item: Mapping[str, Any]) -> None:
         """`output_item.done` of the item at `index`: its outcome agrees with its stages."""
