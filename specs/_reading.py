@@ -24,6 +24,7 @@ from __future__ import annotations
 import io
 import itertools
 import json
+import operator
 import re
 from collections.abc import Callable, Iterable, Iterator
 from typing import IO, Any
@@ -53,6 +54,7 @@ __all__ = [
 
 _SSE_LINE = re.compile(r"(event|data|id|retry)(:|$)|:")
 _LINE_END = re.compile(r"\r\n|\r|\n")
+_TYPE = operator.itemgetter("type")
 # The fast path for JSON lines: one JSON value, then spaces and at least one line break.
 # The C scanner json.loads itself uses (typeshed does not declare the attribute).
 _SCAN: Callable[[str, int], tuple[Any, int]] = json.JSONDecoder().scan_once  # type: ignore[attr-defined]
@@ -67,6 +69,9 @@ _LONG_DIGITS = b"0" * 19
 # orjson reads 1024 levels of nesting, json only what Python's recursion limit leaves (the
 # general path's "nested too deeply"): a line that may hold 500 levels takes the general path.
 _DEEP = 500
+_OPEN_RUN = b"[" * _DEEP
+_OPENERS = bytes.maketrans(b"{", b"[")
+_NEITHER_OPENER_NOR_LF = bytes(b for b in range(256) if b not in b"[{\n")
 #: The longest line read (an SSE `data:` line holds one event; `response.completed` carries the
 #: whole output): longer is an error, not a memory hog.
 MAX_LINE_BYTES = 64 * 2**20
@@ -179,11 +184,11 @@ class _Reader:
                     fed = True
                 names, events = plain
                 number += len(events)
-                if names == [e.get("type") if type(e) is dict else None for e in events]:
+                if _same_types(names, events):
                     yield from events  # no `event:` field differs from its type (R24)
                     continue
-                for name, event in zip(names, events, strict=True):
-                    self._event_field(name or None, event)
+                for name, event in zip(names.split("\n"), events, strict=True):
+                    self._event_field(name[7:] or None, event)
                     yield event
                 continue
             if block is None:
@@ -232,6 +237,16 @@ class _Reader:
             )
 
 
+def _same_types(names: str, events: list[Any]) -> bool:
+    """Whether each `event: T` line names its event's `type` (then R24 has nothing to say),
+    compared as two joined strings: equal with as many lines, no type can hold an LF."""
+    try:
+        types = "\n".join(map(_TYPE, events))
+    except (KeyError, TypeError):  # not an object, no type, not a string: judged one by one
+        return False
+    return names.replace("\nevent: ", "\n")[7:] == types
+
+
 def _cut_after_events(blocks: Iterable[bytes]) -> Iterator[bytes]:
     """SSE blocks re-cut after their last blank line (an event's end), the rest carried into
     the next block, so that whole blocks of events can take the fast path; a block without a
@@ -271,43 +286,44 @@ def _fast_json_lines(block: bytes) -> list[Any] | None:
         return None
     if b"\r" in block or _LONG_DIGITS in block.translate(_DIGITS_ONLY):
         return None  # a CR breaks lines for the general path, and orjson would skip it
-    lines = block.split(b"\n")
-    if _maybe_deep(lines):
+    if _maybe_deep(block):
         return None
+    lines = block.split(b"\n")
     try:
         return [_orjson_loads(line) for line in lines if line and not line.isspace()]
     except ValueError:  # not JSON, a lone surrogate, NaN, 1e400, a BOM: the general path says
         return None
 
 
-def _maybe_deep(lines: list[bytes]) -> bool:
-    """Whether a line may nest `_DEEP` levels: as many `[` and `{`, and as many closing."""
-    if max(map(len, lines), default=0) < 2 * _DEEP:
-        return False
-    return any(len(x) >= 2 * _DEEP and x.count(b"[") + x.count(b"{") >= _DEEP for x in lines)
+def _maybe_deep(block: bytes) -> bool:
+    """Whether a line may nest `_DEEP` levels: has as many `[` and `{`. Counted in C: the
+    block cut down to its openers (as `[`) and line ends, then searched for a run."""
+    return _OPEN_RUN in block.translate(_OPENERS, _NEITHER_OPENER_NOR_LF)
 
 
-def _plain_sse(block: bytes) -> tuple[list[str], list[Any]] | None:
-    """The `event:` fields and the events of a block of plain frames (`event: T`, `data: {...}`,
-    blank line, LF only), or None: the general path (the SSE parser) then reads the block."""
+def _plain_sse(block: bytes) -> tuple[str, list[Any]] | None:
+    """The `event: ...` lines (joined by LF) and the events of a block of plain frames
+    (`event: T`, `data: {...}`, blank line, LF only), or None: the general path (the SSE parser)
+    then reads the block."""
     if _orjson_loads is None or not block.endswith(b"\n\n"):
         return None
     if b"\r" in block or _LONG_DIGITS in block.translate(_DIGITS_ONLY):
         return None
     lines = block.split(b"\n")
     del lines[-1]  # after the last LF
-    if len(lines) % 3 or lines[2::3].count(b"") != len(lines) // 3 or _maybe_deep(lines):
+    if len(lines) % 3 or lines[2::3].count(b"") != len(lines) // 3 or _maybe_deep(block):
         return None
-    # Every first line of a frame starts `event: ` and every second `data: `; checked on the
-    # joined lines (no line holds an LF), which is one C call instead of one per frame.
-    names, datas = b"\n".join(lines[0::3]), lines[1::3]
-    if not names.startswith(b"event: ") or names.count(b"\nevent: ") != len(datas) - 1:
+    # Every frame's first line starts `event: ` and its second `data: `. With the blank lines
+    # where they are, that is counted in the block (a few C calls instead of one per frame): a
+    # frame after a blank line starts `\n\nevent: `, and only a data line can start `\ndata: `.
+    frames = len(lines) // 3
+    if not block.startswith(b"event: ") or block.count(b"\n\nevent: ") != frames - 1:
         return None
-    if any(data[:6] != b"data: " for data in datas):
+    if block.count(b"\ndata: ") != frames:
         return None
     try:
-        fields = names.decode().split("\n")
-        return [f[7:] for f in fields], [_orjson_loads(data[6:]) for data in datas]
+        names = b"\n".join(lines[0::3]).decode()
+        return names, [_orjson_loads(data[6:]) for data in lines[1::3]]
     except ValueError:  # not UTF-8, not JSON, `[DONE]`: the general path says what
         return None
 
