@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import glob
 import os
 
 import pytest
@@ -12,5 +13,8 @@ def pytest_configure(config: pytest.Config) -> None:
     # transformers' gpt-oss imports it long before tests/engines/test_triton_kernels.py does.
     # Without a GPU, interpreting is the only way the kernels run, so ask for it up front.
     # (No torch here to ask CUDA: the statemachine tests check torch stays unimported.)
-    if "TRITON_INTERPRET" not in os.environ and not os.path.exists("/proc/driver/nvidia"):
+    # An NVIDIA driver shows itself in /proc or /dev (containers may mount only the devices);
+    # set TRITON_INTERPRET yourself to choose otherwise.
+    nvidia = os.path.exists("/proc/driver/nvidia") or bool(glob.glob("/dev/nvidia[0-9]*"))
+    if "TRITON_INTERPRET" not in os.environ and not nvidia:
         os.environ["TRITON_INTERPRET"] = "1"

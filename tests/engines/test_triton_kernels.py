@@ -60,7 +60,7 @@ DEVICES = [
         "cuda",
         marks=[
             pytest.mark.gpu,
-            pytest.mark.skipif(not COMPILED, reason="needs a CUDA GPU (runs interpreted here)"),
+            pytest.mark.skipif(not COMPILED, reason="needs a CUDA GPU and TRITON_INTERPRET unset"),
         ],
     ),
 ]
