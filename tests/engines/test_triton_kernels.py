@@ -352,7 +352,7 @@ def _greedy(model: GptOssModel, block_size: int) -> dict[str, list[int]]:
     engine = EngineCore(model, block_size=block_size, num_blocks=128)
     requests = [
         GenerationRequest(
-            request_id=f"r{i}", prompt_token_ids=tuple(p), max_output_tokens=WINDOW,
+            request_id=f"r{i}", prompt_token_ids=tuple(p), max_output_tokens=5,
             sampling=SamplingParams(temperature=0.0),
         )
         for i, p in enumerate(prompts)
@@ -388,7 +388,7 @@ def test_engine_with_kernels_generates_what_the_torch_path_does(
     monkeypatch.setattr(moe_module, "moe_experts", counted("moe", moe_experts))
     assert _greedy(with_kernels, block_size) == expected
     layers = base.config.num_hidden_layers
-    assert calls["attention"] >= layers * (WINDOW - 1) and calls["moe"] >= layers * WINDOW
+    assert calls["attention"] >= layers * 4 and calls["moe"] >= layers * 5
 
 
 def test_kernel_choice_follows_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -56,6 +56,9 @@ def _decode_kernel(
     b = tl.program_id(0)
     kvh = tl.program_id(1)
     split = tl.program_id(2)
+    # Offsets into a pool of many blocks pass 2**31 elements: 64-bit from the head on.
+    k_head = k_ptr + kvh.to(tl.int64) * stride_kh
+    v_head = v_ptr + kvh.to(tl.int64) * stride_vh
     g = tl.arange(0, GROUP_PAD)
     d = tl.arange(0, DIM_PAD)
     heads = kvh * GROUP + g
@@ -84,15 +87,12 @@ def _decode_kernel(
         idx = tile * BLOCK_N + n  # slot index from first_pos on
         col = idx // BLOCK_SIZE
         block = tl.load(tables_ptr + b * stride_tb + col, mask=col < table_width, other=0)
+        block = block.to(tl.int64)  # int32 tables too
         valid = (idx < n_keys) & (first + idx >= lowest)
         offset = (idx % BLOCK_SIZE)[:, None]
         kv_mask = valid[:, None] & d_ok[None, :]
         k = tl.load(
-            k_ptr
-            + kvh * stride_kh
-            + block[:, None] * stride_kblk
-            + offset * stride_ks
-            + d[None, :],
+            k_head + block[:, None] * stride_kblk + offset * stride_ks + d[None, :],
             mask=kv_mask,
             other=0.0,
         )
@@ -106,11 +106,7 @@ def _decode_kernel(
         p = tl.exp2(scores - m_new[:, None])
         l_sum = l_sum * alpha + tl.sum(p, 1)
         v = tl.load(
-            v_ptr
-            + kvh * stride_vh
-            + block[:, None] * stride_vblk
-            + offset * stride_vs
-            + d[None, :],
+            v_head + block[:, None] * stride_vblk + offset * stride_vs + d[None, :],
             mask=kv_mask,
             other=0.0,
         )
