@@ -19,7 +19,8 @@ from ..registry import (
 from ._app import EventStreamResponse, create_app
 from ._http import Parser, uvicorn_http
 from ._limits import ServerLimits
-from ._service import Prepared, ResponseService, ServiceNotRunningError
+from ._prepare import Prepared
+from ._service import ResponseService, ServiceNotRunningError
 from ._sqlite import SQLiteEventStore, StoreLockedError
 from ._store import (
     EventRecord,

@@ -23,8 +23,9 @@ from ..agent._config import AgentConfig
 from ..registry import Engine
 from ._input_items import DEFAULT_LIMIT
 from ._limits import MAX_SAFE_INTEGER, ServerLimits, decode_body, read_body, shown
+from ._prepare import Prepared
 from ._readiness import Readiness, health
-from ._service import Prepared, ResponseService, ServiceNotRunningError
+from ._service import ResponseService, ServiceNotRunningError
 from ._store import EventStore, MemoryEventStore
 from .requests import RequestError
 

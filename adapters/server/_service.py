@@ -1,4 +1,6 @@
 """Running responses: foreground streams, background tasks, followers, and cancellation.
+(A request becomes a `Prepared` run in `_prepare.py`; the write-ahead group commit is
+`_logwriter.py`; a run's in-memory side is `_run.py`.)
 
 Every response, however it is served, goes through `_drive`: the driver's event batches are
 serialised once, committed to the event log (when the response is stored; `LogWriter` groups
@@ -26,42 +28,36 @@ import contextlib
 import json
 import logging
 import time
-import uuid
 from collections.abc import AsyncGenerator, AsyncIterator, Callable
 from typing import Any, Literal
 
 import anyio
 import anyio.lowlevel
-import attrs
 from anyio.abc import TaskGroup, TaskStatus
 
 from streamfold.adapters.driver import Generation, sse_frame
-from streamfold.engines import GenerationRequest, SamplingParams
 from streamfold.statemachine import (
     Event,
-    ReasoningConfig,
-    Response,
     StreamfoldError,
     dumps,
 )
-from streamfold.statemachine._grammar import FinishReason, Grammar
+from streamfold.statemachine._grammar import FinishReason
 
-from ..agent._config import AgentConfig, AgentRun, prepare_agent
+from ..agent._config import AgentConfig
 from ..agent._loop import AgentGeneration, generation_for
-from ..registry import Engine, UnknownModelError
-from ._conversation import conversation_of, earlier_conversation, input_items, saved_input
+from ..registry import Engine
+from ._conversation import conversation_of
 from ._input_items import input_item_page, listed_items
-from ._limits import ServerLimits, check_body, shown
+from ._limits import ServerLimits, shown
 from ._logwriter import LogWriter
+from ._prepare import Prepared, new_response_id, prepare
 from ._recovery import damaged_responses, end_interrupted
-from ._references import resolve_references
 from ._render import Renderer
 from ._run import CLIENT_LEFT, Run
 from ._store import EventRecord, EventStore, InputStore, StoreError
-from .prompt import stop_token_ids
-from .requests import CreateRequest, RequestError, parse_create_request, parse_input_items
+from .requests import RequestError
 
-__all__ = ["CLIENT_LEFT", "Prepared", "ResponseService", "Run", "ServiceNotRunningError"]
+__all__ = ["CLIENT_LEFT", "ResponseService", "Run", "ServiceNotRunningError"]
 
 log = logging.getLogger("streamfold.server")
 
@@ -78,20 +74,6 @@ UNSTORED_KEPT = 1024
 
 class ServiceNotRunningError(StreamfoldError, RuntimeError):
     """A background response was requested before the app's lifespan started the service."""
-
-
-@attrs.frozen(kw_only=True)
-class Prepared:
-    """A validated request, ready to run: its Response identity and the engine request."""
-
-    request: CreateRequest
-    response: Response
-    generation: GenerationRequest
-    grammar: Grammar
-    # What the store keeps of the input, so that a later request can follow this response: the
-    # request's own items, and the response it followed (`_conversation.saved_input`).
-    saved_input: Any = attrs.Factory(list)
-    agent: AgentRun | None = None  # the server-side tools: the agent loop runs the response
 
 
 AnyGeneration = Generation | AgentGeneration
@@ -114,10 +96,6 @@ def _records(events: list[Event]) -> list[EventRecord]:
 
 def _frames(records: list[EventRecord]) -> bytes:
     return b"".join(sse_frame(r.type, r.data) for r in records)
-
-
-def new_response_id() -> str:
-    return f"resp_{uuid.uuid4().hex}"
 
 
 class ResponseService:
@@ -178,84 +156,24 @@ class ResponseService:
     # --- preparing a request ------------------------------------------------------------
 
     async def prepare(self, body: Any, *, body_bytes: int | None = None) -> Prepared:
-        """Validate a `POST /v1/responses` body; raises `RequestError` (4xx) naming the field.
+        """Validate a `POST /v1/responses` body; raises `RequestError` (4xx) naming the field
+        (see `_prepare.prepare`)."""
 
-        `body_bytes`, the size of the JSON text, decides where the prompt is rendered (see
-        `_render.py`); without it, the body is measured."""
-        check_body(body, self.limits)
-        if body_bytes is None:
-            body_bytes = len(json.dumps(body))
-        body = await resolve_references(self.store, body)
-        previous = body.get("previous_response_id") if isinstance(body, dict) else None
-        earlier: list[Any] = []
-        if isinstance(previous, str) and previous:
-            run = self.live.get(previous)
-            running = run is not None and not run.finished
-            earlier = await earlier_conversation(self.store, previous, running=running)
-        request = parse_create_request(body, earlier=parse_input_items(earlier))
-        own = input_items(body["input"])
-        if (request.max_output_tokens or 0) > self.limits.max_output_tokens:
-            raise RequestError(
-                f"max_output_tokens may be at most {self.limits.max_output_tokens}, got "
-                f"{request.max_output_tokens}",
-                param="max_output_tokens",
-            )
-        agent = prepare_agent(request, self.agent, len(own))
-        try:
-            grammar = self.engine.grammar(request.model)
-        except UnknownModelError as exc:
-            raise RequestError(str(exc), param="model", status=404, code="model_not_found") from exc
-        # An agent response renders its prompt once its MCP servers have listed their tools.
-        # A request that follows another renders the whole conversation: size it as such.
-        prompt = (
-            await self.renderer.render(
-                request, body_bytes + (len(json.dumps(earlier)) if earlier else 0)
-            )
-            if agent is None
-            else ()
-        )
-        response_id = self.new_id()
-        max_output_tokens = request.max_output_tokens
-        if max_output_tokens is None:
-            max_output_tokens = self.engine.max_output_tokens
-        sampling = SamplingParams(
-            temperature=1.0 if request.temperature is None else request.temperature,
-            top_p=1.0 if request.top_p is None else request.top_p,
-            logprobs=request.logprobs,
-            top_logprobs=(request.top_logprobs or 0) if request.logprobs else 0,
-        )
-        response = Response(
-            id=response_id,
-            created_at=int(self.clock()),
-            model=request.model,
-            status="in_progress",
-            parallel_tool_calls=request.parallel_tool_calls,
-            tool_choice=request.tool_choice,
-            tools=request.function_tools,
-            instructions=request.instructions,
-            metadata=request.metadata,
-            temperature=sampling.temperature,
-            top_p=sampling.top_p,
-            max_output_tokens=max_output_tokens,
-            reasoning=request.reasoning or ReasoningConfig(effort="medium"),
-            background=bool(request.background),
-            previous_response_id=request.previous_response_id,
-        )
-        generation = GenerationRequest(
-            request_id=response_id,
-            prompt_token_ids=prompt,
-            model=request.model,
-            max_output_tokens=max_output_tokens,
-            sampling=sampling,
-            stop_token_ids=stop_token_ids(),
-        )
-        return Prepared(
-            request=request,
-            response=response,
-            generation=generation,
-            grammar=grammar,
-            saved_input=saved_input(request.previous_response_id, own),
-            agent=agent,
+        def running(response_id: str) -> bool:
+            run = self.live.get(response_id)
+            return run is not None and not run.finished
+
+        return await prepare(
+            body,
+            body_bytes=body_bytes,
+            engine=self.engine,
+            store=self.store,
+            limits=self.limits,
+            renderer=self.renderer,
+            agent_config=self.agent,
+            running=running,
+            new_id=self.new_id,
+            clock=self.clock,
         )
 
     # --- driving a response -------------------------------------------------------------

@@ -107,32 +107,35 @@ class InputStore(Protocol):
         """The JSON text saved for `response_id`, or None."""
 
 
-def _check_order(response_id: str, last: int, records: Sequence[EventRecord]) -> None:
-    expected = list(range(last + 1, last + 1 + len(records)))
-    if [r.sequence_number for r in records] != expected:
-        raise StoreError(
-            f"events appended to {response_id} must continue its log at sequence number "
-            f"{last + 1} without gaps; got {[r.sequence_number for r in records]}"
-        )
-
-
 def advance(
     response_id: str, old: StoredResponse | None, records: Sequence[EventRecord], background: bool
 ) -> StoredResponse:
-    """The snapshot after `records`; pure, shared by both stores."""
+    """The snapshot after `records`; pure, shared by both stores. (One pass over the records:
+    the server calls it for every batch it logs.)"""
     last = -1 if old is None else old.last_sequence_number
-    _check_order(response_id, last, records)
+    expected = last + 1
+    lifecycle: EventRecord | None = None
+    finished = False
+    for record in records:
+        if record.sequence_number != expected:
+            raise StoreError(
+                f"events appended to {response_id} must continue its log at sequence number "
+                f"{last + 1} without gaps; got {[r.sequence_number for r in records]}"
+            )
+        expected += 1
+        if record.type in LIFECYCLE_EVENT_TYPES:
+            lifecycle = record
+            finished = finished or record.type in TERMINAL_EVENT_TYPES
     if old is not None and old.finished:
         raise StoreError(f"response {response_id} already ended with its terminal event")
-    lifecycle = [r for r in records if r.lifecycle]
-    if old is None and not lifecycle:
+    if old is None and lifecycle is None:
         raise StoreError(f"the log of {response_id} must begin with response.created")
     return StoredResponse(
         id=response_id,
         background=background if old is None else old.background,
-        finished=any(r.terminal for r in records),
-        last_sequence_number=records[-1].sequence_number if records else last,
-        event=lifecycle[-1].data if lifecycle else old.event,  # type: ignore[union-attr]
+        finished=finished,
+        last_sequence_number=expected - 1,
+        event=lifecycle.data if lifecycle is not None else old.event,  # type: ignore[union-attr]
     )
 
 

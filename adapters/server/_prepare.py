@@ -1,0 +1,141 @@
+"""Preparing a request: a `POST /v1/responses` body, validated, resolved and rendered into
+what a run needs (`Prepared`), or a `RequestError` (4xx) naming the field at fault.
+
+The conversation a request follows (`previous_response_id`, `item_reference`) is read from the
+store here, and the prompt rendered (in worker processes for large bodies, `_render.py`), so
+that nothing is generated for a request that cannot be answered.
+"""
+
+from __future__ import annotations
+
+import json
+import uuid
+from collections.abc import Callable
+from typing import Any
+
+import attrs
+
+from streamfold.engines import GenerationRequest, SamplingParams
+from streamfold.statemachine import ReasoningConfig, Response
+from streamfold.statemachine._grammar import Grammar
+
+from ..agent._config import AgentConfig, AgentRun, prepare_agent
+from ..registry import Engine, UnknownModelError
+from ._conversation import earlier_conversation, input_items, saved_input
+from ._limits import ServerLimits, check_body
+from ._references import resolve_references
+from ._render import Renderer
+from ._store import EventStore
+from .prompt import stop_token_ids
+from .requests import CreateRequest, RequestError, parse_create_request, parse_input_items
+
+__all__ = ["Prepared", "new_response_id", "prepare"]
+
+
+@attrs.frozen(kw_only=True)
+class Prepared:
+    """A validated request, ready to run: its Response identity and the engine request."""
+
+    request: CreateRequest
+    response: Response
+    generation: GenerationRequest
+    grammar: Grammar
+    # What the store keeps of the input, so that a later request can follow this response: the
+    # request's own items, and the response it followed (`_conversation.saved_input`).
+    saved_input: Any = attrs.Factory(list)
+    agent: AgentRun | None = None  # the server-side tools: the agent loop runs the response
+
+
+def new_response_id() -> str:
+    return f"resp_{uuid.uuid4().hex}"
+
+
+async def prepare(
+    body: Any,
+    *,
+    body_bytes: int | None,
+    engine: Engine,
+    store: EventStore,
+    limits: ServerLimits,
+    renderer: Renderer,
+    agent_config: AgentConfig,
+    running: Callable[[str], bool],
+    new_id: Callable[[], str],
+    clock: Callable[[], float],
+) -> Prepared:
+    """Validate a `POST /v1/responses` body; raises `RequestError` (4xx) naming the field.
+
+    `body_bytes`, the size of the JSON text, decides where the prompt is rendered (see
+    `_render.py`); without it, the body is measured. `running(id)` says whether a response
+    is still being generated here (its stored conversation is then incomplete)."""
+    check_body(body, limits)
+    if body_bytes is None:
+        body_bytes = len(json.dumps(body))
+    body = await resolve_references(store, body)
+    previous = body.get("previous_response_id") if isinstance(body, dict) else None
+    earlier: list[Any] = []
+    if isinstance(previous, str) and previous:
+        earlier = await earlier_conversation(store, previous, running=running(previous))
+    request = parse_create_request(body, earlier=parse_input_items(earlier))
+    own = input_items(body["input"])
+    if (request.max_output_tokens or 0) > limits.max_output_tokens:
+        raise RequestError(
+            f"max_output_tokens may be at most {limits.max_output_tokens}, got "
+            f"{request.max_output_tokens}",
+            param="max_output_tokens",
+        )
+    agent = prepare_agent(request, agent_config, len(own))
+    try:
+        grammar = engine.grammar(request.model)
+    except UnknownModelError as exc:
+        raise RequestError(str(exc), param="model", status=404, code="model_not_found") from exc
+    # An agent response renders its prompt once its MCP servers have listed their tools.
+    # A request that follows another renders the whole conversation: size it as such.
+    prompt = (
+        await renderer.render(request, body_bytes + (len(json.dumps(earlier)) if earlier else 0))
+        if agent is None
+        else ()
+    )
+    response_id = new_id()
+    max_output_tokens = request.max_output_tokens
+    if max_output_tokens is None:
+        max_output_tokens = engine.max_output_tokens
+    sampling = SamplingParams(
+        temperature=1.0 if request.temperature is None else request.temperature,
+        top_p=1.0 if request.top_p is None else request.top_p,
+        logprobs=request.logprobs,
+        top_logprobs=(request.top_logprobs or 0) if request.logprobs else 0,
+    )
+    response = Response(
+        id=response_id,
+        created_at=int(clock()),
+        model=request.model,
+        status="in_progress",
+        parallel_tool_calls=request.parallel_tool_calls,
+        tool_choice=request.tool_choice,
+        tools=request.function_tools,
+        instructions=request.instructions,
+        metadata=request.metadata,
+        temperature=sampling.temperature,
+        top_p=sampling.top_p,
+        max_output_tokens=max_output_tokens,
+        reasoning=request.reasoning or ReasoningConfig(effort="medium"),
+        background=bool(request.background),
+        previous_response_id=request.previous_response_id,
+    )
+    generation = GenerationRequest(
+        request_id=response_id,
+        prompt_token_ids=prompt,
+        model=request.model,
+        max_output_tokens=max_output_tokens,
+        sampling=sampling,
+        stop_token_ids=stop_token_ids(),
+    )
+    return Prepared(
+        request=request,
+        response=response,
+        generation=generation,
+        grammar=grammar,
+        saved_input=saved_input(request.previous_response_id, own),
+        agent=agent,
+    )
