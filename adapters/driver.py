@@ -119,6 +119,13 @@ def fold(
             state, events = apply_loop_step(state, chunk)
             yield from events
             continue
+        ids = chunk.token_ids
+        if len(ids) == 1 and chunk.logprobs is None and chunk.top_logprobs is None:
+            # A trace's usual chunk, one plain token: `step_chunk`'s loop for it, inline (its
+            # error, raised here, has no events before it to keep).
+            state, events = step(state, ids[0])
+            yield from events
+            continue
         state, events, error = step_chunk(state, chunk)
         yield from events
         if error is not None:

@@ -31,7 +31,7 @@ from ._items import Items
 from ._tools import ToolProgress
 from ._violation import Violation
 
-__all__ = ["check"]
+__all__ = ["Checker", "check"]
 
 # The statuses each lifecycle event's response may carry (R7).
 _STATUS = {
@@ -66,13 +66,16 @@ def check(events: Iterable[Mapping[str, Any] | object]) -> list[Violation]:
     with their `to_dict`). Returns the violations in stream order; an empty list means the
     stream is conformant.
     """
-    checker = _Checker()
+    checker = Checker()
     for position, event in enumerate(events):
         checker.event(position, event)
     return checker.finish()
 
 
-class _Checker:
+class Checker:
+    """`check` one batch of events at a time (`events`), then `finish`: for a reader that
+    decodes a block of events at once (`_reading`)."""
+
     def __init__(self) -> None:
         self._violations: list[Violation] = []
         self._where: tuple[int, int | None, str | None] = (0, None, None)
@@ -92,6 +95,12 @@ class _Checker:
                                           event_type=etype, rule=rule, message=message))
 
     # -- per event --------------------------------------------------------------------------
+
+    def events(self, batch: Iterable[Mapping[str, Any] | object]) -> None:
+        """The next events of the stream, in order."""
+        event = self.event
+        for position, raw in enumerate(batch, self._count):
+            event(position, raw)
 
     def event(self, position: int, raw: object) -> None:
         self._count = position + 1

@@ -34,7 +34,7 @@ import attrs
 from streamfold.statemachine import StreamfoldError
 from streamfold.statemachine._sse import SSEParser
 
-from ._checker import check
+from ._checker import Checker
 from ._violation import Violation
 
 _orjson_loads: Callable[[bytes], Any] | None
@@ -110,6 +110,12 @@ class _Reader:
     truncated: bool = False
 
     def events(self) -> Iterator[Any]:
+        for batch in self.batches():
+            yield from batch
+
+    def batches(self) -> Iterator[list[Any]]:
+        """The events in batches (a block's, or one), each batch counted before it is handed
+        on: the framing rules' positions (`self.count`) are those of the events."""
         head: list[bytes] = []
         first = None
         for block in self.blocks:
@@ -131,13 +137,14 @@ class _Reader:
         else:
             self.framing = "jsonl"
             found = self._lines_of_json(blocks)
-        for event in found:
-            if self.count == 0:
-                _not_a_stream(event)
-            self.count += 1
-            yield event
+        for batch in found:
+            if batch:
+                if self.count == 0:
+                    _not_a_stream(batch[0])
+                self.count += len(batch)
+                yield batch
 
-    def _json(self, blocks: Iterable[bytes]) -> Iterator[Any]:
+    def _json(self, blocks: Iterable[bytes]) -> Iterator[list[Any]]:
         """One JSON array of events (it must be read whole), or JSON lines after all."""
         data = b""
         for raw in blocks:
@@ -153,25 +160,25 @@ class _Reader:
             whole = None  # maybe JSON lines whose first event is a list; read line by line
         if isinstance(whole, list):
             self.framing = "json"
-            yield from whole
+            yield whole
             return
         self.framing = "jsonl"
         yield from self._lines_of_json([data])
 
-    def _lines_of_json(self, blocks: Iterable[bytes]) -> Iterator[Any]:
+    def _lines_of_json(self, blocks: Iterable[bytes]) -> Iterator[list[Any]]:
         """JSON lines, a block of lines at a time."""
         number = 0  # lines before the block
         for block in blocks:
             fast = _fast_json_lines(block)
             if fast is not None:
-                yield from fast
+                yield fast
                 number += block.count(b"\n")  # no CR in a fast block: LF ends every line
                 continue
             text = _decode_lines(block, number)
-            yield from _parse_json_lines(text, number)
+            yield _parse_json_lines(text, number)
             number += _count_lines(text)
 
-    def _sse(self, blocks: Iterable[bytes]) -> Iterator[Any]:
+    def _sse(self, blocks: Iterable[bytes]) -> Iterator[list[Any]]:
         parser = SSEParser()
         fed = False  # whether the parser has seen the stream's start (where a BOM is dropped)
         between = True  # whether the blocks so far ended between two events
@@ -185,11 +192,11 @@ class _Reader:
                 names, events = plain
                 number += len(events)
                 if _same_types(names, events):
-                    yield from events  # no `event:` field differs from its type (R24)
+                    yield events  # no `event:` field differs from its type (R24)
                     continue
                 for name, event in zip(names.split("\n"), events, strict=True):
                     self._event_field(name[7:] or None, event)
-                    yield event
+                    yield [event]
                 continue
             if block is None:
                 messages = parser.close()
@@ -214,7 +221,7 @@ class _Reader:
                 event = _loads(message.data, f"SSE event #{number}", what="carries data that")
                 number += 1
                 self._event_field(message.event, event)
-                yield event
+                yield [event]
         self.truncated = parser.truncated
         if number == 0:
             raise UnreadableStreamError(
@@ -457,15 +464,13 @@ def _long_line(block: bytes, limit: int) -> int | None:
     return None
 
 
-def _kept(events: Iterator[Any], keep: list[Any]) -> Iterator[Any]:
-    for event in events:
-        keep.append(event)
-        yield event
-
-
 def _check(reader: _Reader, keep: list[Any] | None) -> tuple[StreamReading, list[Violation]]:
-    events = reader.events()
-    found = check(events if keep is None else _kept(events, keep))
+    checker = Checker()
+    for batch in reader.batches():
+        if keep is not None:
+            keep.extend(batch)
+        checker.events(batch)
+    found = checker.finish()
     reading = StreamReading(
         events=tuple(keep or ()),
         framing=reader.framing,

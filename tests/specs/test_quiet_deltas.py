@@ -1,6 +1,6 @@
 """The checker's fast path for deltas gives exactly the general path's verdicts (issue 16).
 
-`_Checker.event` takes a delta that breaks no rule in one step (`Items.quiet_delta`) and hands
+`Checker.event` takes a delta that breaks no rule in one step (`Items.quiet_delta`) and hands
 everything else to the rules one by one. The invariant: on any stream, `check` returns the same
 violations, messages and positions with the fast path as with the general path alone (the
 fast path's table emptied). Streams: every bundled golden, and mutations of the goldens and of
