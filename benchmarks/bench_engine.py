@@ -1,15 +1,24 @@
 """Native engine throughput against transformers `generate`, same model, same threads.
 
-    python benchmarks/bench_engine.py [--device cuda] [--reps 3]
+    python benchmarks/bench_engine.py [--device {cpu,cuda}] [--reps 3]
+    python benchmarks/bench_engine.py --shape gpt-oss-20b [--experts {bf16,mxfp4}] [--layers N]
 
-Workload (nano-vllm style): 16 requests, prompt lengths uniform in 16..256, output lengths
-uniform in 16..128, greedy, lengths forced (no stop tokens). Counted: generated tokens only.
+`--shape tiny` (the default; nano-vllm style): 16 requests, prompt lengths uniform in 16..256,
+output lengths uniform in 16..128, greedy, lengths forced (no stop tokens). Counted: generated
+tokens only.
 * native: the 16 requests sent concurrently to `NativeEngine` (asyncio), continuous batching
   over the paged KV cache;
 * transformers sequential: `generate` one request at a time (bs=1), each its own length;
 * transformers padded batch: one left-padded batch of 16, `max_new_tokens` = the longest
   output; tokens past a request's own length are wasted work, as in a static-batch server.
 The median of `--reps` runs after one warm-up each. Prints a markdown table.
+
+`--shape gpt-oss-20b`: the real 20b shapes with random weights (see engine_shapes.py; `--layers`
+shrinks the 24 layers to fit a CPU run), the engine core against transformers on the same
+weights: one stream (`--stream P N`: an N-token answer to a P-token prompt; also the decode
+rate alone, from the time of 1 token subtracted) and a batch (`--batch R`, prompts and outputs
+uniform in `--batch-prompt` and `--batch-output`; transformers as one padded batch), with the
+roofline: bytes of weights a decoded token reads / the device's measured copy bandwidth.
 """
 
 from __future__ import annotations
@@ -116,13 +125,28 @@ def main() -> None:
     parser.add_argument("--reps", type=int, default=3)
     parser.add_argument("--requests", type=int, default=16)
     parser.add_argument("--hidden", type=int, default=256)
-    parser.add_argument("--layers", type=int, default=4)
+    parser.add_argument("--layers", type=int, default=None, help="tiny: 4, 20b: 24")
     parser.add_argument("--vocab", type=int, default=32000)
     parser.add_argument("--block-size", type=int, default=16)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--skip-sequential", action="store_true")
+    parser.add_argument("--shape", choices=("tiny", "gpt-oss-20b"), default="tiny")
+    parser.add_argument("--experts", choices=("bf16", "mxfp4"), default="bf16")
+    parser.add_argument("--stream", type=int, nargs=2, default=(256, 256), metavar=("P", "N"))
+    parser.add_argument("--batch", type=int, default=64)
+    parser.add_argument("--batch-prompt", type=int, nargs=2, default=(128, 1024))
+    parser.add_argument("--batch-output", type=int, nargs=2, default=(64, 256))
+    parser.add_argument("--bandwidth-gbs", type=float, default=None,
+                        help="stated bandwidth (GB/s) for a second roofline figure")  # fmt: skip
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
+    if args.layers is None:
+        args.layers = 4 if args.shape == "tiny" else 24
+    if args.shape == "gpt-oss-20b":
+        from engine_shapes import run_20b
+
+        run_20b(args)
+        return
     device = args.device
     jobs = workload(args)
     load_before = os.getloadavg()[0]
@@ -132,7 +156,9 @@ def main() -> None:
         model = GptOssModel.from_pretrained(tmp, device=device)
     core = EngineCore(model, block_size=args.block_size, default_stop_token_ids=())
     systems: dict[str, Callable[[], int]] = {}
-    with NativeEngine(core) as engine:
+    # The transformers runs use `--threads` threads; so does the engine thread (its own default
+    # is every core but one, for serving).
+    with NativeEngine(core, threads=args.threads) as engine:
         counter = iter(range(10**6))
         systems["native engine (paged, continuous batching)"] = lambda: run_native(
             engine, jobs, f"r{next(counter)}"

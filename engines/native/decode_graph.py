@@ -22,7 +22,7 @@ import attrs
 import torch
 
 from .gptoss.model import GptOssModel, MoeMode
-from .paged_attention import PagedKVCache, decode_attention
+from .paged_attention import PagedKVCache, decode_attention, decode_mask
 
 __all__ = ["DecodePlan", "DecodeRow", "StaticDecode", "default_batch_buckets"]
 
@@ -80,6 +80,8 @@ class _StaticAttention:
 
     def __init__(self, cache: PagedKVCache, sinks: list[torch.Tensor], views: _Views) -> None:
         self.cache, self.sinks, self.views = cache, sinks, views
+        # One mask per group, built in the step (from the input views) by its first layer.
+        self.masks: dict[int, torch.Tensor] = {}
 
     def __call__(
         self, layer: int, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor
@@ -90,9 +92,16 @@ class _StaticAttention:
         slots = self.views.slots[group]
         k_pool.view(kv_heads, -1, d).index_copy_(1, slots, k.transpose(0, 1))
         v_pool.view(kv_heads, -1, d).index_copy_(1, slots, v.transpose(0, 1))
+        views, window = self.views, self.cache.windows[group]
+        mask = self.masks.get(group)
+        if mask is None:
+            mask = self.masks[group] = decode_mask(
+                views.tables[group], self.cache.block_size, views.first_pos[group],
+                views.positions, window, q.dtype,
+            )  # fmt: skip
         return decode_attention(
-            q, k_pool, v_pool, self.views.tables[group], self.views.first_pos[group],
-            self.views.positions, self.sinks[layer], self.cache.windows[group],
+            q, k_pool, v_pool, views.tables[group], views.first_pos[group], views.positions,
+            self.sinks[layer], window, mask=mask,
         )  # fmt: skip
 
 

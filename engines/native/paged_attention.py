@@ -24,7 +24,7 @@ from .gptoss.config import GptOssConfig
 from .gptoss.model import attend
 from .kv_blocks import BlockManager
 
-__all__ = ["PagedAttention", "PagedKVCache", "StepSequence", "decode_attention"]
+__all__ = ["PagedAttention", "PagedKVCache", "StepSequence", "decode_attention", "decode_mask"]
 
 
 @attrs.frozen(kw_only=True)
@@ -94,6 +94,7 @@ class _GroupLayout:
     decode_blocks: torch.Tensor  # [Bd, nb + 1] blocks to gather; padding and last = sink block
     decode_first_pos: torch.Tensor  # [Bd] position of decode_blocks[:, 0]'s first slot
     decode_q_pos: torch.Tensor  # [Bd] the decoded token's position
+    decode_mask: torch.Tensor  # [Bd, (nb + 1) * block_size], see decode_mask
 
 
 class PagedAttention:
@@ -165,14 +166,17 @@ class PagedAttention:
         gathered = torch.tensor(
             [t + [sink] * (width - len(t) + 1) for t in tables], dtype=torch.long
         ).view(len(decodes), width + 1)
+        gathered = gathered.to(self.device)
+        first_pos = torch.tensor(firsts, dtype=torch.long, device=self.device)
+        q_pos = torch.tensor([s.num_cached for s in decodes], dtype=torch.long, device=self.device)
+        window = self.cache.windows[g]
         return _GroupLayout(
             write_rows=torch.tensor(rows, dtype=torch.long, device=self.device),
             write_slots=torch.tensor(slots, dtype=torch.long, device=self.device),
-            decode_blocks=gathered.to(self.device),
-            decode_first_pos=torch.tensor(firsts, dtype=torch.long, device=self.device),
-            decode_q_pos=torch.tensor(
-                [s.num_cached for s in decodes], dtype=torch.long, device=self.device
-            ),
+            decode_blocks=gathered,
+            decode_first_pos=first_pos,
+            decode_q_pos=q_pos,
+            decode_mask=decode_mask(gathered, bs, first_pos, q_pos, window, self.cache.k.dtype),
         )
 
     def __call__(
@@ -196,7 +200,7 @@ class PagedAttention:
             rows = self._decode_rows
             out[rows] = decode_attention(
                 q[rows], k_pool, v_pool, layout.decode_blocks, layout.decode_first_pos,
-                layout.decode_q_pos, sinks, window,
+                layout.decode_q_pos, sinks, window, mask=layout.decode_mask,
             )  # fmt: skip
         return out
 
@@ -210,6 +214,8 @@ def decode_attention(
     q_pos: torch.Tensor,
     sinks: torch.Tensor,
     window: int | None,
+    *,
+    mask: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """One decode query per row over its blocks, with fixed shapes and no host sync.
 
@@ -219,7 +225,8 @@ def decode_attention(
     first slot; q_pos [B] the query's position (-1 for a padded row: it sees only the sink
     and comes out zero). Returns [B, H, D]. The mask is built here from tensors, so a CUDA
     graph can capture the call and replay it with new tables; a kernel that reads only the
-    blocks below q_pos may replace it (same arguments) behind a device check.
+    blocks below q_pos may replace it (same arguments) behind a device check. `mask`, from
+    `decode_mask` with the same arguments, saves rebuilding it in every layer of a group.
 
     On CUDA with triton that kernel runs instead (`kernels/decode.py`; `kernels.enabled`):
     it reads each row's blocks in place, from first_pos to q_pos only.
@@ -235,14 +242,8 @@ def decode_attention(
     flat = tables.reshape(-1)
     keys = k_pool.index_select(1, flat).view(kv_heads, n, -1, d)
     values = v_pool.index_select(1, flat).view(kv_heads, n, -1, d)
-    offsets = torch.arange((width + 1) * bs, device=q.device)
-    k_pos = first_pos[:, None] + offsets
-    allowed = (k_pos <= q_pos[:, None]) & (offsets < width * bs)
-    if window is not None:
-        allowed &= k_pos > q_pos[:, None] - window
-    mask = torch.zeros(allowed.shape, dtype=q.dtype, device=q.device).masked_fill(
-        ~allowed, float("-inf")
-    )
+    if mask is None:
+        mask = decode_mask(tables, bs, first_pos, q_pos, window, q.dtype)
     queries = q.view(n, kv_heads, group_size, d).transpose(0, 1)
     scores = torch.matmul(queries, keys.transpose(-1, -2))  # [kv_heads, n, group, L]
     scores.mul_(d**-0.5).add_(mask[:, None, :])
@@ -251,3 +252,25 @@ def decode_attention(
     weights = torch.softmax(scores, dim=-1, dtype=torch.float32).to(values.dtype)
     attended = torch.matmul(weights, values)  # [kv_heads, n, group, D]
     return attended.transpose(0, 1).reshape(n, heads, d)
+
+
+def decode_mask(
+    tables: torch.Tensor,
+    block_size: int,
+    first_pos: torch.Tensor,
+    q_pos: torch.Tensor,
+    window: int | None,
+    dtype: torch.dtype,
+) -> torch.Tensor:
+    """`decode_attention`'s additive mask [B, (W + 1) * block_size]: 0 where a gathered key
+    slot is visible to the row's query (causal, inside the window, not the sink block), else
+    -inf. Built from tensors only (no host sync)."""
+    width = tables.shape[1] - 1
+    offsets = torch.arange((width + 1) * block_size, device=tables.device)
+    k_pos = first_pos[:, None] + offsets
+    allowed = (k_pos <= q_pos[:, None]) & (offsets < width * block_size)
+    if window is not None:
+        allowed &= k_pos > q_pos[:, None] - window
+    return torch.zeros(allowed.shape, dtype=dtype, device=tables.device).masked_fill(
+        ~allowed, float("-inf")
+    )
