@@ -21,6 +21,7 @@ from typing import Any
 import attrs
 import torch
 
+from . import kernels
 from .gptoss.model import GptOssModel, MoeMode
 from .paged_attention import PagedKVCache, decode_attention, decode_mask
 
@@ -80,8 +81,10 @@ class _StaticAttention:
 
     def __init__(self, cache: PagedKVCache, sinks: list[torch.Tensor], views: _Views) -> None:
         self.cache, self.sinks, self.views = cache, sinks, views
-        # One mask per group, built in the step (from the input views) by its first layer.
-        self.masks: dict[int, torch.Tensor] = {}
+        # One mask per group, built in the step (from the input views) by its first layer;
+        # none where the Triton decode kernel runs (it masks as it reads).
+        self.masks: dict[int, torch.Tensor | None] = {}
+        self.need_mask = not kernels.enabled(cache.k.device)
 
     def __call__(
         self, layer: int, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor
@@ -93,8 +96,11 @@ class _StaticAttention:
         k_pool.view(kv_heads, -1, d).index_copy_(1, slots, k.transpose(0, 1))
         v_pool.view(kv_heads, -1, d).index_copy_(1, slots, v.transpose(0, 1))
         views, window = self.views, self.cache.windows[group]
-        mask = self.masks.get(group)
-        if mask is None:
+        if group in self.masks:
+            mask = self.masks[group]
+        elif not self.need_mask:
+            mask = self.masks[group] = None
+        else:
             mask = self.masks[group] = decode_mask(
                 views.tables[group], self.cache.block_size, views.first_pos[group],
                 views.positions, window, q.dtype,
