@@ -19,7 +19,7 @@ from streamfold.engines.native.gptoss.errors import (
     UnsupportedQuantizationError,
 )
 from streamfold.engines.native.gptoss.model import DenseAttention, GptOssModel
-from streamfold.engines.native.gptoss.mxfp4 import dequantize_mxfp4, quantize_mxfp4
+from streamfold.engines.native.gptoss.mxfp4 import FP4_VALUES, dequantize_mxfp4, quantize_mxfp4
 
 ATOL = 1e-4
 IDS = torch.randint(0, 512, (3 * WINDOW,), generator=torch.Generator().manual_seed(9))
@@ -66,6 +66,20 @@ def test_mxfp4_quantizer_roundtrips_representable_values() -> None:
     blocks, scales = quantize_mxfp4(weight)
     assert blocks.shape == (2, 2, 16) and scales.shape == (2, 2)
     assert torch.equal(dequantize_mxfp4(blocks, scales), weight)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16])
+def test_mxfp4_dequantization_equals_nibble_lookup_and_ldexp(dtype: torch.dtype) -> None:
+    """The byte-pair lookup times a power-of-two scale (4.5x faster on CPU) gives exactly the
+    values of the spec's recipe: each nibble looked up, ldexp by scale - 127 in fp32."""
+    gen = torch.Generator().manual_seed(0)
+    blocks = torch.randint(0, 256, (2, 255, 3, 16), generator=gen).to(torch.uint8)
+    scales = torch.arange(255).view(1, 255, 1).expand(2, 255, 3).to(torch.uint8)  # every scale
+    lut = torch.tensor(FP4_VALUES)
+    nibbles = torch.stack((lut[(blocks & 15).long()], lut[(blocks >> 4).long()]), dim=-1)
+    exponent = scales.to(torch.int32).unsqueeze(-1) - 127
+    expected = torch.ldexp(nibbles.flatten(-2), exponent).flatten(-2).to(dtype)
+    assert torch.equal(dequantize_mxfp4(blocks, scales, dtype=dtype), expected)
 
 
 @pytest.mark.parametrize("experts", ["dequantize", "mxfp4"])

@@ -36,25 +36,30 @@ def dequantize_mxfp4(
             f"MXFP4 blocks {tuple(blocks.shape)} do not match scales {tuple(scales.shape)};"
             " expected blocks [..., G, 16] with scales [..., G]"
         )
-    lut = _lut(blocks.device)
-    low = lut[(blocks & 0x0F).long()]
-    high = lut[(blocks >> 4).long()]
-    values = torch.stack((low, high), dim=-1).flatten(-2)  # [..., G, 32]
-    exponent = scales.to(torch.int32) - 127
-    values = torch.ldexp(values, exponent.unsqueeze(-1))
-    return values.flatten(-2).to(dtype)
+    # One lookup per byte gives both of its values, and the block scale is an exact power of
+    # two, multiplied in the output dtype where that dtype has float32's exponent range (bf16,
+    # fp32; fp16 goes through fp32): the same values as nibble lookups + ldexp in fp32, 4.5x
+    # faster on CPU ([5760, 2880] to bf16: 80 against 363 ms, 1 thread). A scale byte of 255
+    # (NaN in the OCP spec) makes 0 * inf = NaN where ldexp gave 0.
+    work = dtype if dtype in (torch.float32, torch.bfloat16) else torch.float32
+    values = _pairs(blocks.device, work)[blocks.long()].flatten(-2)  # [..., G, 32]
+    scale = torch.exp2(scales.to(torch.float32) - 127).to(work)
+    return (values * scale.unsqueeze(-1)).flatten(-2).to(dtype)
 
 
-_LUTS: dict[torch.device, torch.Tensor] = {}
+_PAIRS: dict[tuple[torch.device, torch.dtype], torch.Tensor] = {}
 
 
-def _lut(device: torch.device) -> torch.Tensor:
-    # Kept per device: building it from a Python list is a host-to-device copy, which a CUDA
-    # graph capturing a decode step may not contain (the eager warm-up step fills this).
-    lut = _LUTS.get(device)
-    if lut is None:
-        lut = _LUTS[device] = torch.tensor(FP4_VALUES, dtype=torch.float32, device=device)
-    return lut
+def _pairs(device: torch.device, dtype: torch.dtype) -> torch.Tensor:
+    """[256, 2]: byte -> (low nibble's value, high nibble's value). Kept per device: building
+    it is a host-to-device copy, which a CUDA graph capturing a decode step may not contain
+    (the eager warm-up step fills this)."""
+    pairs = _PAIRS.get((device, dtype))
+    if pairs is None:
+        lut = torch.tensor(FP4_VALUES, dtype=torch.float32)
+        table = torch.stack((lut.repeat(16), lut.repeat_interleave(16)), dim=-1)
+        pairs = _PAIRS[(device, dtype)] = table.to(device=device, dtype=dtype)
+    return pairs
 
 
 def quantize_mxfp4(weight: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
