@@ -10,6 +10,8 @@ pytest.importorskip("transformers")
 
 from gptoss_tiny import make_hf_model, save
 
+from streamfold.engines.native.gptoss.model import GptOssModel
+
 
 @pytest.fixture(scope="session")
 def hf_model() -> Any:
@@ -19,3 +21,9 @@ def hf_model() -> Any:
 @pytest.fixture(scope="session")
 def hf_dir(hf_model: Any, tmp_path_factory: pytest.TempPathFactory) -> Path:
     return save(hf_model, tmp_path_factory.mktemp("tiny_gptoss"))
+
+
+@pytest.fixture(scope="module")
+def model(hf_dir: Path) -> GptOssModel:
+    """The native model on the tiny checkpoint, loaded once per test module."""
+    return GptOssModel.from_pretrained(hf_dir)

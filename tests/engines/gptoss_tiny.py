@@ -6,10 +6,13 @@ exactly the parts that make gpt-oss different, so everything is re-drawn with vi
 
 from __future__ import annotations
 
+import random
 from pathlib import Path
 from typing import Any
 
 import torch
+
+from streamfold.engines import GenerationRequest, SamplingParams
 
 WINDOW = 8
 
@@ -58,3 +61,17 @@ def make_hf_model(seed: int = 0, **overrides: Any) -> Any:
 def save(model: Any, path: Path) -> Path:
     model.save_pretrained(path)
     return path
+
+
+def random_prompts(lengths: list[int], seed: int = 0) -> list[list[int]]:
+    """Prompts of the given lengths over the tiny model's first 512 token ids."""
+    rng = random.Random(seed)
+    return [[rng.randrange(512) for _ in range(n)] for n in lengths]
+
+
+def greedy_request(i: int, prompt: list[int], n: int) -> GenerationRequest:
+    """Request `r{i}`: `prompt`, then `n` greedy tokens."""
+    return GenerationRequest(
+        request_id=f"r{i}", prompt_token_ids=tuple(prompt), max_output_tokens=n,
+        sampling=SamplingParams(temperature=0.0),
+    )  # fmt: skip

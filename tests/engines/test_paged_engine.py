@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 import torch
-from gptoss_tiny import WINDOW
+from gptoss_tiny import WINDOW, greedy_request, random_prompts
 
 from streamfold.engines import GenerationRequest, SamplingParams, TokenChunk
 from streamfold.engines.native.core import EngineCore
@@ -17,25 +17,6 @@ from streamfold.engines.native.gptoss.model import DenseAttention, GptOssModel
 from streamfold.engines.native.paged_attention import PagedAttention, PagedKVCache, StepSequence
 
 ATOL = 1e-4
-
-
-@pytest.fixture(scope="module")
-def model(hf_dir: Path) -> GptOssModel:
-    return GptOssModel.from_pretrained(hf_dir)
-
-
-def _prompts(lengths: list[int], seed: int = 0) -> list[list[int]]:
-    rng = random.Random(seed)
-    return [[rng.randrange(512) for _ in range(n)] for n in lengths]
-
-
-def _greedy_request(i: int, prompt: list[int], n: int) -> GenerationRequest:
-    return GenerationRequest(
-        request_id=f"r{i}",
-        prompt_token_ids=tuple(prompt),
-        max_output_tokens=n,
-        sampling=SamplingParams(temperature=0.0),
-    )
 
 
 def _tokens(chunks: list[TokenChunk]) -> list[int]:
@@ -64,8 +45,8 @@ def test_paged_prefill_and_decode_logits_match_transformers(
     cache.blocks._free = deque(shuffled)
     attention = PagedAttention(cache, model.sinks, [model.window(i) for i in range(4)])
     # 6 ends exactly on a block boundary for block sizes 1 and 3; both cross the window.
-    seqs = _prompts([6, 2 * WINDOW + 1], seed=block_size)
-    full = [s + _prompts([WINDOW + 3], seed=10 + i)[0] for i, s in enumerate(seqs)]
+    seqs = random_prompts([6, 2 * WINDOW + 1], seed=block_size)
+    full = [s + random_prompts([WINDOW + 3], seed=10 + i)[0] for i, s in enumerate(seqs)]
     with torch.no_grad():
         expected = [hf_model(torch.tensor(f)[None]).logits[0] for f in full]
     cached = [0, 0]
@@ -92,7 +73,7 @@ def test_paged_prefill_and_decode_logits_match_transformers(
 
 def test_sliding_layers_keep_only_window_blocks(model: GptOssModel) -> None:
     engine = EngineCore(model, block_size=2, num_blocks=256)
-    engine.add_request(_greedy_request(0, _prompts([40])[0], 8))
+    engine.add_request(greedy_request(0, random_prompts([40])[0], 8))
     engine.step()
     sliding, full = (engine.blocks.table(0, g) for g in range(2))
     assert engine.cache.windows == (WINDOW, None)
@@ -109,10 +90,10 @@ def test_batched_generation_matches_one_at_a_time_and_transformers(
     hf_model: Any, model: GptOssModel
 ) -> None:
     lengths = [3, 7, 8, 9, 17, 30, 1, 12]
-    prompts = _prompts(lengths, seed=1)
+    prompts = random_prompts(lengths, seed=1)
     n = 24
     engine = EngineCore(model, block_size=4, num_blocks=512)
-    batched = engine.run_to_completion([_greedy_request(i, p, n) for i, p in enumerate(prompts)])
+    batched = engine.run_to_completion([greedy_request(i, p, n) for i, p in enumerate(prompts)])
     for i, prompt in enumerate(prompts):
         with torch.no_grad():
             hf = hf_model.generate(
@@ -126,13 +107,13 @@ def test_batched_generation_matches_one_at_a_time_and_transformers(
 
 
 def test_preempted_requests_recompute_to_the_same_tokens(model: GptOssModel) -> None:
-    prompts = _prompts([5, 9, 14, 6, 11, 20], seed=2)
+    prompts = random_prompts([5, 9, 14, 6, 11, 20], seed=2)
     n = 20
     roomy = EngineCore(model, block_size=4, num_blocks=512)
-    expected = roomy.run_to_completion([_greedy_request(i, p, n) for i, p in enumerate(prompts)])
+    expected = roomy.run_to_completion([greedy_request(i, p, n) for i, p in enumerate(prompts)])
     assert roomy.scheduler.num_preemptions == 0
     tight = EngineCore(model, block_size=4, num_blocks=18)  # room for about two sequences
-    got = tight.run_to_completion([_greedy_request(i, p, n) for i, p in enumerate(prompts)])
+    got = tight.run_to_completion([greedy_request(i, p, n) for i, p in enumerate(prompts)])
     assert tight.scheduler.num_preemptions > 0
     for key in expected:
         assert _tokens(got[key]) == _tokens(expected[key]), key
@@ -142,8 +123,8 @@ def test_preempted_requests_recompute_to_the_same_tokens(model: GptOssModel) -> 
 
 def test_abort_frees_blocks_at_once(model: GptOssModel) -> None:
     engine = EngineCore(model, block_size=4, num_blocks=64)
-    for i, p in enumerate(_prompts([10, 12], seed=3)):
-        engine.add_request(_greedy_request(i, p, 50))
+    for i, p in enumerate(random_prompts([10, 12], seed=3)):
+        engine.add_request(greedy_request(i, p, 50))
     engine.step()
     engine.step()
     in_use = engine.blocks.blocks_in_use()
@@ -154,7 +135,7 @@ def test_abort_frees_blocks_at_once(model: GptOssModel) -> None:
 
 
 def test_stop_ids_end_with_the_stop_token_included(model: GptOssModel) -> None:
-    prompt = _prompts([9], seed=4)[0]
+    prompt = random_prompts([9], seed=4)[0]
     free_run = _dense_greedy(model, prompt, 10)
     stop = free_run[4]
     engine = EngineCore(model, block_size=4, num_blocks=64)
@@ -172,7 +153,7 @@ def test_stop_ids_end_with_the_stop_token_included(model: GptOssModel) -> None:
 
 def test_gpt_oss_stop_ids_are_on_by_default(model: GptOssModel) -> None:
     engine = EngineCore(model, num_blocks=8)
-    engine.add_request(_greedy_request(0, [1, 2, 3], 4))
+    engine.add_request(greedy_request(0, [1, 2, 3], 4))
     seq = engine.scheduler.waiting[0]
     assert {200002, 200012, 199999} <= seq.stop_ids
 
@@ -185,7 +166,8 @@ def _sampled(model: GptOssModel, seed: int | None, others: int) -> list[TokenChu
             request_id="x", prompt_token_ids=(5, 6, 7), max_output_tokens=16, sampling=params
         )
     ]
-    requests += [_greedy_request(i, p, 8) for i, p in enumerate(_prompts([4] * others, seed=5))]
+    fillers = random_prompts([4] * others, seed=5)
+    requests += [greedy_request(i, p, 8) for i, p in enumerate(fillers)]
     return engine.run_to_completion(requests)["x"]
 
 
@@ -203,10 +185,10 @@ def test_a_seed_reproduces_a_sampled_run_whatever_shares_the_batch(model: GptOss
 
 def test_requests_that_can_never_fit_finish_with_an_error(model: GptOssModel) -> None:
     engine = EngineCore(model, block_size=4, num_blocks=6)
-    chunk = engine.add_request(_greedy_request(0, list(range(100)), 4))
+    chunk = engine.add_request(greedy_request(0, list(range(100)), 4))
     assert chunk is not None and chunk.finish_reason == "error"
     assert "KV cache budget" in (chunk.error or "")
-    bad = engine.add_request(_greedy_request(1, [999999], 4))
+    bad = engine.add_request(greedy_request(1, [999999], 4))
     assert bad is not None and bad.finish_reason == "error" and "outside" in (bad.error or "")
 
 
@@ -218,7 +200,7 @@ def test_the_cuda_path_generates_what_the_cpu_path_does(hf_dir: Path, model: Gpt
     torch.backends.cuda.matmul.allow_tf32 = False
     torch.backends.cudnn.allow_tf32 = False
     cuda = GptOssModel.from_pretrained(hf_dir, device="cuda")
-    prompt = _prompts([21], seed=5)[0]
+    prompt = random_prompts([21], seed=5)[0]
     logits = {}
     for name, m in (("cpu", model), ("cuda", cuda)):
         cache = DenseAttention(m)
@@ -228,11 +210,11 @@ def test_the_cuda_path_generates_what_the_cpu_path_does(hf_dir: Path, model: Gpt
             logits[name] = m(torch.tensor(prompt, device=m.device), positions, cache).cpu()
     assert torch.allclose(logits["cuda"], logits["cpu"], atol=1e-3)
 
-    prompts = _prompts([3, 9, 17, 30], seed=4)
+    prompts = random_prompts([3, 9, 17, 30], seed=4)
 
     def greedy(m: GptOssModel) -> dict[str, list[int]]:
         engine = EngineCore(m, block_size=4, num_blocks=512)
-        done = engine.run_to_completion([_greedy_request(i, p, 16) for i, p in enumerate(prompts)])
+        done = engine.run_to_completion([greedy_request(i, p, 16) for i, p in enumerate(prompts)])
         return {request_id: _tokens(chunks) for request_id, chunks in done.items()}
 
     assert greedy(cuda) == greedy(model)

@@ -16,10 +16,10 @@ from typing import Any
 import attrs
 import pytest
 import torch
-from gptoss_tiny import WINDOW
+from gptoss_tiny import WINDOW, greedy_request, random_prompts
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from streamfold.engines import GenerationRequest, SamplingParams, TokenChunk
+from streamfold.engines import TokenChunk
 from streamfold.engines.native.core import EngineCore
 from streamfold.engines.native.decode_graph import (
     DecodePlan,
@@ -40,23 +40,6 @@ PLANS = {
     "graph-shapes-routed-moe": attrs.evolve(GRAPH_SHAPES, moe="routed"),
     "cpu-default": DecodePlan(),
 }
-
-
-@pytest.fixture(scope="module")
-def model(hf_dir: Path) -> GptOssModel:
-    return GptOssModel.from_pretrained(hf_dir)
-
-
-def _prompts(lengths: list[int], seed: int = 0) -> list[list[int]]:
-    rng = random.Random(seed)
-    return [[rng.randrange(512) for _ in range(n)] for n in lengths]
-
-
-def _greedy_request(i: int, prompt: list[int], n: int) -> GenerationRequest:
-    return GenerationRequest(
-        request_id=f"r{i}", prompt_token_ids=tuple(prompt), max_output_tokens=n,
-        sampling=SamplingParams(temperature=0.0),
-    )  # fmt: skip
 
 
 def _tokens(chunks: list[TokenChunk]) -> list[int]:
@@ -86,8 +69,8 @@ def test_static_decode_logits_match_transformers_across_padding_and_windows(
         model, cache, torch.empty(8, model.config.vocab_size), max_model_len=96,
         batch_buckets=options.batch_buckets, pad_width=options.pad_width, moe=options.moe,
     )  # fmt: skip
-    prompts = _prompts([4, 7, 2 * WINDOW + 1], seed=3)
-    full = [p + _prompts([WINDOW + 6], seed=20 + i)[0] for i, p in enumerate(prompts)]
+    prompts = random_prompts([4, 7, 2 * WINDOW + 1], seed=3)
+    full = [p + random_prompts([WINDOW + 6], seed=20 + i)[0] for i, p in enumerate(prompts)]
     with torch.no_grad():
         expected = [hf_model(torch.tensor(f)[None]).logits[0] for f in full]
     step = [StepSequence(seq_id=i, num_cached=0, num_new=len(p)) for i, p in enumerate(prompts)]
@@ -116,9 +99,9 @@ def test_engine_with_static_decode_matches_transformers_and_the_mixed_path(
     hf_model: Any, model: GptOssModel, plan: str
 ) -> None:
     lengths = [3, 7, 8, 9, 17, 30, 1]  # 7 sequences: bucket 8
-    prompts = _prompts(lengths, seed=1)
+    prompts = random_prompts(lengths, seed=1)
     n = 20
-    requests = [_greedy_request(i, p, n) for i, p in enumerate(prompts)]
+    requests = [greedy_request(i, p, n) for i, p in enumerate(prompts)]
     static = EngineCore(model, block_size=4, num_blocks=512, max_num_seqs=8, decode=PLANS[plan])
     mixed = EngineCore(model, block_size=4, num_blocks=512, decode=None)
     got, reference = static.run_to_completion(requests), mixed.run_to_completion(requests)
@@ -133,8 +116,8 @@ def test_engine_with_static_decode_matches_transformers_and_the_mixed_path(
 
 
 def test_static_decode_through_preemption_gives_the_same_tokens(model: GptOssModel) -> None:
-    prompts = _prompts([5, 9, 14, 6, 11, 20], seed=2)
-    requests = [_greedy_request(i, p, 20) for i, p in enumerate(prompts)]
+    prompts = random_prompts([5, 9, 14, 6, 11, 20], seed=2)
+    requests = [greedy_request(i, p, 20) for i, p in enumerate(prompts)]
     roomy = EngineCore(model, block_size=4, num_blocks=512, decode=None)
     expected = roomy.run_to_completion(requests)
     tight = EngineCore(model, block_size=4, num_blocks=18, max_num_seqs=8, decode=GRAPH_SHAPES)
@@ -237,8 +220,8 @@ def test_cuda_graph_decode_replays_the_eager_step(hf_dir: Path) -> None:
     the same fixed-shape step run eagerly, and of the mixed-step path, fp32 without TF32."""
     torch.backends.cuda.matmul.allow_tf32 = False
     cuda = GptOssModel.from_pretrained(hf_dir, device="cuda")
-    prompts = _prompts([3, 9, 17, 30, 5], seed=4)
-    requests = [_greedy_request(i, p, 24) for i, p in enumerate(prompts)]
+    prompts = random_prompts([3, 9, 17, 30, 5], seed=4)
+    requests = [greedy_request(i, p, 24) for i, p in enumerate(prompts)]
     plan = DecodePlan.for_device(torch.device("cuda"), 8)
     assert plan.graphs
     graphs = EngineCore(cuda, block_size=4, num_blocks=512, max_num_seqs=8)
