@@ -69,6 +69,16 @@ def random_prompts(lengths: list[int], seed: int = 0) -> list[list[int]]:
     return [[rng.randrange(512) for _ in range(n)] for n in lengths]
 
 
+def hf_greedy(hf_model: Any, prompt: list[int], n: int) -> list[int]:
+    """Exactly `n` greedy tokens from transformers' `generate` after `prompt`."""
+    with torch.no_grad():
+        out = hf_model.generate(
+            torch.tensor([prompt]), max_new_tokens=n, min_new_tokens=n, do_sample=False,
+            pad_token_id=0,
+        )  # fmt: skip
+    return list(out[0, len(prompt) :].tolist())
+
+
 def greedy_request(i: int, prompt: list[int], n: int) -> GenerationRequest:
     """Request `r{i}`: `prompt`, then `n` greedy tokens."""
     return GenerationRequest(

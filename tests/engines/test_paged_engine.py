@@ -2,19 +2,18 @@
 
 from __future__ import annotations
 
-import random
-from collections import deque
 from pathlib import Path
 from typing import Any
 
 import pytest
 import torch
-from gptoss_tiny import WINDOW, greedy_request, random_prompts
+from gptoss_tiny import WINDOW, greedy_request, hf_greedy, random_prompts
+from paged_harness import scattered_paged_cache
 
 from streamfold.engines import GenerationRequest, SamplingParams, TokenChunk
 from streamfold.engines.native.core import EngineCore
 from streamfold.engines.native.gptoss.model import DenseAttention, GptOssModel
-from streamfold.engines.native.paged_attention import PagedAttention, PagedKVCache, StepSequence
+from streamfold.engines.native.paged_attention import StepSequence
 
 ATOL = 1e-4
 
@@ -39,11 +38,9 @@ def _dense_greedy(model: GptOssModel, prompt: list[int], n: int) -> list[int]:
 def test_paged_prefill_and_decode_logits_match_transformers(
     hf_model: Any, model: GptOssModel, block_size: int
 ) -> None:
-    cache = PagedKVCache(model.config, num_blocks=64, block_size=block_size)
-    shuffled = list(cache.blocks._free)
-    random.Random(block_size).shuffle(shuffled)  # non-contiguous block tables
-    cache.blocks._free = deque(shuffled)
-    attention = PagedAttention(cache, model.sinks, [model.window(i) for i in range(4)])
+    cache, attention = scattered_paged_cache(
+        model, num_blocks=64, block_size=block_size, seed=block_size
+    )
     # 6 ends exactly on a block boundary for block sizes 1 and 3; both cross the window.
     seqs = random_prompts([6, 2 * WINDOW + 1], seed=block_size)
     full = [s + random_prompts([WINDOW + 3], seed=10 + i)[0] for i, s in enumerate(seqs)]
@@ -95,12 +92,7 @@ def test_batched_generation_matches_one_at_a_time_and_transformers(
     engine = EngineCore(model, block_size=4, num_blocks=512)
     batched = engine.run_to_completion([greedy_request(i, p, n) for i, p in enumerate(prompts)])
     for i, prompt in enumerate(prompts):
-        with torch.no_grad():
-            hf = hf_model.generate(
-                torch.tensor([prompt]), max_new_tokens=n, min_new_tokens=n, do_sample=False,
-                pad_token_id=0,
-            )[0, len(prompt) :].tolist()  # fmt: skip
-        assert _tokens(batched[f"r{i}"]) == hf, f"request {i}"
+        assert _tokens(batched[f"r{i}"]) == hf_greedy(hf_model, prompt, n), f"request {i}"
         assert _tokens(batched[f"r{i}"]) == _dense_greedy(model, prompt, n)
         assert batched[f"r{i}"][-1].finish_reason == "length"
     assert engine.blocks.blocks_in_use() == 0

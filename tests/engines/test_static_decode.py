@@ -8,15 +8,14 @@ and preemption. Where CUDA is, the captured graphs are checked against the eager
 
 from __future__ import annotations
 
-import random
-from collections import deque
 from pathlib import Path
 from typing import Any
 
 import attrs
 import pytest
 import torch
-from gptoss_tiny import WINDOW, greedy_request, random_prompts
+from gptoss_tiny import WINDOW, greedy_request, hf_greedy, random_prompts
+from paged_harness import assert_static_decode_matches, scattered_paged_cache
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from streamfold.engines import TokenChunk
@@ -30,7 +29,7 @@ from streamfold.engines.native.decode_graph import (
 from streamfold.engines.native.gptoss.model import GptOssModel
 from streamfold.engines.native.gptoss.mxfp4 import quantize_mxfp4
 from streamfold.engines.native.gptoss.weights import ExpertWeights
-from streamfold.engines.native.paged_attention import PagedAttention, PagedKVCache, StepSequence
+from streamfold.engines.native.paged_attention import PagedKVCache
 
 ATOL = 1e-4
 # Padded batches and widths and the fixed-shape MoE: what a CUDA graph captures.
@@ -60,36 +59,16 @@ def test_static_decode_logits_match_transformers_across_padding_and_windows(
     prompts that end on, before and after block boundaries; every step's logits equal
     transformers' over the whole sequence."""
     options = PLANS[plan]
-    cache = PagedKVCache(model.config, num_blocks=96, block_size=4)
-    shuffled = list(cache.blocks._free)
-    random.Random(7).shuffle(shuffled)  # non-contiguous block tables
-    cache.blocks._free = deque(shuffled)
-    attention = PagedAttention(cache, model.sinks, [model.window(i) for i in range(4)])
+    cache, attention = scattered_paged_cache(model, num_blocks=96, block_size=4, seed=7)
     static = StaticDecode(
         model, cache, torch.empty(8, model.config.vocab_size), max_model_len=96,
         batch_buckets=options.batch_buckets, pad_width=options.pad_width, moe=options.moe,
     )  # fmt: skip
     prompts = random_prompts([4, 7, 2 * WINDOW + 1], seed=3)
     full = [p + random_prompts([WINDOW + 6], seed=20 + i)[0] for i, p in enumerate(prompts)]
-    with torch.no_grad():
-        expected = [hf_model(torch.tensor(f)[None]).logits[0] for f in full]
-    step = [StepSequence(seq_id=i, num_cached=0, num_new=len(p)) for i, p in enumerate(prompts)]
-    for s in step:
-        cache.blocks.reserve(s.seq_id, s.num_new)
-    positions = attention.prepare(step)
-    model(torch.tensor([t for p in prompts for t in p]), positions, attention)
-    lengths = [len(p) for p in prompts]
-    for _ in range(WINDOW + 6):
-        for i, n in enumerate(lengths):
-            cache.blocks.reserve(i, n + 1)
-        rows = [DecodeRow(i, full[i][n], n) for i, n in enumerate(lengths)]
-        logits = static.run(rows)
-        assert logits.shape == (3, model.config.vocab_size)
-        for i, n in enumerate(lengths):
-            torch.testing.assert_close(logits[i], expected[i][n], atol=ATOL, rtol=ATOL)
-        lengths = [n + 1 for n in lengths]
-    # The padded row wrote only into the trash block: the sink block is still all zero.
-    assert not cache.k[:, :, cache.sink_block].any() and not cache.v[:, :, cache.sink_block].any()
+    assert_static_decode_matches(
+        hf_model, model, static, attention, prompts, full, steps=WINDOW + 6, atol=ATOL
+    )
     if options.pad_width:
         assert {key[0] for key in static._views} == {4}  # one batch bucket for 3 rows
 
@@ -106,11 +85,7 @@ def test_engine_with_static_decode_matches_transformers_and_the_mixed_path(
     mixed = EngineCore(model, block_size=4, num_blocks=512, decode=None)
     got, reference = static.run_to_completion(requests), mixed.run_to_completion(requests)
     for i, prompt in enumerate(prompts):
-        with torch.no_grad():
-            hf = hf_model.generate(
-                torch.tensor([prompt]), max_new_tokens=n, min_new_tokens=n, do_sample=False,
-                pad_token_id=0,
-            )[0, len(prompt) :].tolist()  # fmt: skip
+        hf = hf_greedy(hf_model, prompt, n)
         assert _tokens(got[f"r{i}"]) == hf == _tokens(reference[f"r{i}"]), f"request {i}"
     assert static.blocks.blocks_in_use() == 0
 

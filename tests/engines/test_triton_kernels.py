@@ -13,7 +13,6 @@ import os
 import random
 import subprocess
 import sys
-from collections import deque
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -24,6 +23,7 @@ import torch
 import torch.nn.functional as F
 from gptoss_tiny import WINDOW
 from kernel_oracles import paged_reference
+from paged_harness import assert_static_decode_matches, scattered_paged_cache
 
 INTERPRET = os.environ.get("TRITON_INTERPRET", "0") == "1"  # tests/conftest.py sets it
 triton = pytest.importorskip("triton")
@@ -34,7 +34,7 @@ COMPILED = torch.cuda.is_available() and not INTERPRET
 from streamfold.engines import GenerationRequest, SamplingParams  # noqa: E402
 from streamfold.engines.native import kernels  # noqa: E402
 from streamfold.engines.native.core import EngineCore  # noqa: E402
-from streamfold.engines.native.decode_graph import DecodeRow, StaticDecode  # noqa: E402
+from streamfold.engines.native.decode_graph import StaticDecode  # noqa: E402
 from streamfold.engines.native.gptoss.model import GptOssModel  # noqa: E402
 from streamfold.engines.native.gptoss.mxfp4 import (  # noqa: E402
     dequantize_mxfp4,
@@ -45,11 +45,6 @@ from streamfold.engines.native.kernels import decode as decode_module  # noqa: E
 from streamfold.engines.native.kernels import moe as moe_module  # noqa: E402
 from streamfold.engines.native.kernels.decode import decode_attention  # noqa: E402
 from streamfold.engines.native.kernels.moe import _grouped_gemm, moe_experts, route  # noqa: E402
-from streamfold.engines.native.paged_attention import (  # noqa: E402
-    PagedAttention,
-    PagedKVCache,
-    StepSequence,
-)
 from streamfold.engines.native.paged_attention import (  # noqa: E402
     decode_attention as torch_decode_attention,
 )
@@ -418,11 +413,7 @@ def test_graph_shaped_decode_step_with_kernels_matches_transformers(
         pytest.skip("interpreted variant; test_static_decode's CUDA test covers the compiled path")
     monkeypatch.setenv(kernels.ENV, "triton")
     model = GptOssModel.from_pretrained(hf_dir)
-    cache = PagedKVCache(model.config, num_blocks=64, block_size=4)
-    shuffled = list(cache.blocks._free)
-    random.Random(7).shuffle(shuffled)  # non-contiguous block tables
-    cache.blocks._free = deque(shuffled)
-    attention = PagedAttention(cache, model.sinks, [model.window(i) for i in range(4)])
+    cache, attention = scattered_paged_cache(model, num_blocks=64, block_size=4, seed=7)
     static = StaticDecode(
         model, cache, torch.empty(4, model.config.vocab_size), max_model_len=64,
         batch_buckets=(1, 4), pad_width=True, moe="static",
@@ -430,22 +421,9 @@ def test_graph_shaped_decode_step_with_kernels_matches_transformers(
     rng = random.Random(3)
     prompts = [[rng.randrange(512) for _ in range(n)] for n in (5, 2 * WINDOW + 1, 2)]
     full = [p + [rng.randrange(512) for _ in range(WINDOW + 2)] for p in prompts]
-    with torch.no_grad():
-        expected = [hf_model(torch.tensor(f)[None]).logits[0] for f in full]
-    step = [StepSequence(seq_id=i, num_cached=0, num_new=len(p)) for i, p in enumerate(prompts)]
-    for s in step:
-        cache.blocks.reserve(s.seq_id, s.num_new)
-    positions = attention.prepare(step)
-    model(torch.tensor([t for p in prompts for t in p]), positions, attention)
-    lengths = [len(p) for p in prompts]
-    for _ in range(WINDOW + 2):
-        for i, n in enumerate(lengths):
-            cache.blocks.reserve(i, n + 1)
-        logits = static.run([DecodeRow(i, full[i][n], n) for i, n in enumerate(lengths)])
-        for i, n in enumerate(lengths):
-            torch.testing.assert_close(logits[i], expected[i][n], atol=1e-4, rtol=1e-4)
-        lengths = [n + 1 for n in lengths]
-    assert not cache.k[:, :, cache.sink_block].any() and not cache.v[:, :, cache.sink_block].any()
+    assert_static_decode_matches(
+        hf_model, model, static, attention, prompts, full, steps=WINDOW + 2, atol=1e-4
+    )
 
 
 @pytest.mark.parametrize("device", DEVICES)
