@@ -212,10 +212,10 @@ class StaticDecode:
             firsts: list[int] = []
             slots: list[int] = []
             for r in rows:
+                blocks_read, start = blocks.read_window(r.seq_id, g, r.position)
+                live.append(blocks_read)
+                firsts.append(start)
                 table = blocks.table(r.seq_id, g)
-                first = blocks.first_needed_position(g, r.position + 1) // bs
-                live.append(table[first:])
-                firsts.append(first * bs)
                 slots.append(table[r.position // bs] * bs + r.position % bs)
             width = self.width(g, max(len(t) for t in live))
             widths.append(width)

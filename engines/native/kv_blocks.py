@@ -57,6 +57,12 @@ class BlockManager:
         window = self.groups[group].window
         return 0 if window is None else max(0, length - window)
 
+    def read_window(self, seq_id: int, group: int, position: int) -> tuple[list[int], int]:
+        """The blocks a query at `position` reads in `group` (from the first one its window
+        still sees to its own), and the position of that first block's first slot."""
+        first = self.first_needed_position(group, position + 1) // self.block_size
+        return self.tables[seq_id][group][first:], first * self.block_size
+
     def _plan(self, seq_id: int, length: int) -> list[tuple[int, int, int]]:
         """Per group: (first live logical block, first new logical block, end logical block)."""
         bs = self.block_size

@@ -157,10 +157,9 @@ class PagedAttention:
         tables: list[list[int]] = []
         firsts: list[int] = []
         for s in decodes:
-            table = blocks.table(s.seq_id, g)
-            first = blocks.first_needed_position(g, s.num_cached + 1) // bs
-            tables.append(table[first:])
-            firsts.append(first * bs)
+            blocks_read, start = blocks.read_window(s.seq_id, g, s.num_cached)
+            tables.append(blocks_read)
+            firsts.append(start)
         width = max((len(t) for t in tables), default=0)
         sink = self.cache.sink_block
         gathered = torch.tensor(
