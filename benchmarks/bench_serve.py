@@ -42,10 +42,12 @@ import attrs
 import httpx
 import torch
 from openai import AsyncOpenAI
+from serve_timeline import decompose, print_decomposition
 
 from streamfold.adapters.server.prompt import render_prompt
 from streamfold.adapters.server.requests import parse_create_request
 from streamfold.engines import GenerationRequest, SamplingParams
+from streamfold.engines.native._steplog import STEP_LOG_ENV, StepLog, read_step_log
 from streamfold.engines.native.core import EngineCore
 from streamfold.engines.native.engine import ENGINE_THREAD_NAME, default_engine_threads
 from streamfold.engines.native.gptoss.init_model import init_model
@@ -84,8 +86,9 @@ class Server:
     once /health says 200."""
 
     def __init__(
-        self, model: Path | None, store: str, extra: list[str], own_session: bool = False
-    ) -> None:
+        self, model: Path | None, store: str, extra: list[str], own_session: bool = False,
+        step_log: Path | None = None,
+    ) -> None:  # fmt: skip
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         engine = ["--engine", "native", "--model", str(model)] if model else []
@@ -94,7 +97,9 @@ class Server:
         started = time.perf_counter()
         # own_session: its own session, so (Linux autogroups) its own share of the CPUs, as a
         # supervisor would start it; else it shares this process's share with the client.
-        self.process = subprocess.Popen(command, start_new_session=own_session)
+        env = None if step_log is None else {**os.environ, STEP_LOG_ENV: str(step_log)}
+        self.step_log = step_log
+        self.process = subprocess.Popen(command, start_new_session=own_session, env=env)
         while True:
             try:
                 if httpx.get(f"{self.url}/health", timeout=5).status_code == 200:
@@ -140,6 +145,9 @@ class Batch:
     # Seconds: CPU of "engine" (the engine thread, or the core's run), "server" (the rest of
     # the server), "client"; "waited": the engine's thread runnable but without a CPU.
     cpu: dict[str, float]
+    # perf_counter() at the start and end (the machine's monotonic clock; the step logs' too)
+    span: tuple[float, float] = (0.0, 0.0)
+    steps: list[dict[str, object]] = attrs.Factory(list)  # the core's step log, if kept
 
     @property
     def rate(self) -> float:
@@ -182,14 +190,17 @@ async def served_batch(
     seconds = time.perf_counter() - start
     cpu = {key: value - before[key] for key, value in server.cpu().items()}
     cpu["client"] = own_cpu() - client0
-    return Batch(seconds, sum(counts), cpu)
+    return Batch(seconds, sum(counts), cpu, (start, start + seconds))
 
 
 def prompts(concurrency: int, tokens: int) -> list[tuple[int, ...]]:
     return [render_prompt(parse_create_request(body(i, tokens))) for i in range(concurrency)]
 
 
-def core_batch(core: EngineCore, ids: list[tuple[int, ...]], tokens: int, threads: int) -> Batch:
+def core_batch(
+    core: EngineCore, ids: list[tuple[int, ...]], tokens: int, threads: int,
+    log: StepLog | None = None,
+) -> Batch:  # fmt: skip
     torch.set_num_threads(threads)
     requests = [
         GenerationRequest(request_id=f"core-{i}", prompt_token_ids=p, max_output_tokens=tokens,
@@ -198,11 +209,25 @@ def core_batch(core: EngineCore, ids: list[tuple[int, ...]], tokens: int, thread
     ]  # fmt: skip
     cpu0, waited0 = own_cpu(), run_delay("/proc/thread-self")
     start = time.perf_counter()
-    chunks = core.run_to_completion(requests)
+    if log is None:
+        chunks = core.run_to_completion(requests)
+        count = sum(len(c.token_ids) for cs in chunks.values() for c in cs)
+    else:  # run_to_completion, step by step into the log
+        count = 0
+        log.begin()
+        for request in requests:
+            core.add_request(request)
+        while core.has_work():
+            count += sum(len(c.token_ids) for _, c in core.step())
+            log.end(admitted=len(requests) if not log.records else 0, rows=core.last_rows,
+                    prefill=core.last_prefill_tokens, chunks=core.last_rows)  # fmt: skip
+            log.begin()
     seconds = time.perf_counter() - start
-    count = sum(len(c.token_ids) for cs in chunks.values() for c in cs)
     cpu = {"engine": own_cpu() - cpu0, "waited": run_delay("/proc/thread-self") - waited0}
-    return Batch(seconds, count, cpu)
+    steps = [] if log is None else log.records[:]
+    if log is not None:
+        log.records.clear()
+    return Batch(seconds, count, cpu, (start, start + seconds), steps)
 
 
 def hf_batch(hf: object, ids: list[tuple[int, ...]], tokens: int, threads: int) -> Batch:
@@ -242,7 +267,8 @@ async def served_rounds(
         for _ in range(args.steady):
             mode.steady.append(await served_batch(client, server, concurrency, args.tokens, stream))
             for threads in args.core_threads:  # the server is idle meanwhile
-                batch = core_batch(core, ids, args.tokens, threads)
+                log = StepLog("-") if server.step_log and threads == args.threads else None
+                batch = core_batch(core, ids, args.tokens, threads, log)
                 mode.core.setdefault(threads, []).append(batch)
     return mode
 
@@ -261,6 +287,10 @@ def main() -> None:
         "--core-threads", type=int, nargs="+",
         help="torch thread counts of the core runs (default: --threads, and all cores)",
     )  # fmt: skip
+    parser.add_argument(
+        "--modes", nargs="+", choices=("json", "stream"), default=["json", "stream"],
+        help="not streaming (json), streaming, or both",
+    )  # fmt: skip
     parser.add_argument("--store", choices=("sqlite", "memory"), default="sqlite")
     parser.add_argument("--skip-transformers", action="store_true")
     parser.add_argument(
@@ -268,6 +298,11 @@ def main() -> None:
         help="start the server in its own session (its own CPU share under Linux autogroups)",
     )  # fmt: skip
     parser.add_argument("--server-arg", action="append", default=[], help="passed to serve")
+    parser.add_argument(
+        "--step-log", action="store_true",
+        help="log every step of the served engine and the core, and split each round's"
+        " served - core time by cause (benchmarks/serve_timeline.py)",
+    )  # fmt: skip
     args = parser.parse_args()
     cores = len(os.sched_getaffinity(0))
     args.core_threads = list(dict.fromkeys(args.core_threads or [args.threads, cores]))
@@ -290,14 +325,22 @@ def main() -> None:
             for threads in args.core_threads:
                 core_batch(core, ids, args.tokens, threads)  # the core's own warm-up
             row: dict[str, object] = {"c": concurrency}
-            for stream in (False, True):
+            for stream in [mode == "stream" for mode in args.modes]:
                 store = ":memory:" if args.store == "memory" else f"{tmp}/s{concurrency}{stream}.db"
                 extra = ["--threads", str(args.threads), *args.server_arg]
-                server = Server(model, store, extra, args.own_session)
+                log = Path(tmp) / f"steps-{concurrency}-{stream}.jsonl" if args.step_log else None
+                server = Server(model, store, extra, args.own_session, log)
                 try:
                     mode = asyncio.run(served_rounds(server, core, ids, args, stream))
                 finally:
                     server.close()
+                if log is not None:
+                    served_steps = read_step_log(log) if log.exists() else []
+                    print_decomposition(
+                        f"c={concurrency} stream={stream}",
+                        [decompose(served_steps, *b.span, c.steps, concurrency)
+                         for b, c in zip(mode.steady, mode.core[args.threads], strict=True)],
+                    )  # fmt: skip
                 row["stream" if stream else "json"] = mode
                 rates = [f"{b.rate:.0f}" for b in [mode.first, *mode.steady]]
                 print(f"served c={concurrency} stream={stream}: tok/s {rates}", flush=True)
@@ -323,7 +366,7 @@ def waiting(batches: list[Batch]) -> float:
 
 
 def modes_of(rows: list[dict[str, object]]) -> list[tuple[dict[str, object], str, Mode]]:
-    return [(row, key, row[key]) for row in rows for key in ("json", "stream")]  # type: ignore[misc]
+    return [(row, key, row[key]) for row in rows for key in ("json", "stream") if key in row]  # type: ignore[misc]
 
 
 def report(
@@ -372,7 +415,7 @@ def report(
           " | served steady (best mode) / transformers |")  # fmt: skip
     print("|---:|---|---:|---:|")
     for row in rows:
-        modes: list[Mode] = [row["json"], row["stream"]]  # type: ignore[list-item]
+        modes: list[Mode] = [row[k] for k in ("json", "stream") if k in row]  # type: ignore[misc]
         other = ", ".join(
             f"{t}t {span([b.rate for m in modes for b in m.core[t]])}" for t in others
         )

@@ -76,6 +76,8 @@ class EngineCore:
         self._by_request: dict[str, Sequence] = {}
         self._generators: dict[int, torch.Generator] = {}
         self.peak_blocks_in_use = 0
+        # What the last step ran: rows, and the tokens its prefills fed (for step timelines).
+        self.last_rows = self.last_prefill_tokens = 0
         self.tokens_at_peak = 0
         # The logits of a step, reused: at 64 sequences x 201k vocabulary they are 51 MB, past
         # glibc's largest mmap threshold (32 MB), so a fresh tensor each step was a fresh mmap
@@ -174,7 +176,10 @@ class EngineCore:
                     f"{len(self.scheduler.waiting)} requests wait but none fits in"
                     f" {self.blocks.num_free} free blocks with nothing running"
                 )
+            self.last_rows = self.last_prefill_tokens = 0
             return []
+        self.last_rows = len(batch)
+        self.last_prefill_tokens = sum(s.num_new for s in batch if not s.num_cached)
         in_use = self.blocks.blocks_in_use()
         if in_use > self.peak_blocks_in_use:  # for KV-memory-per-token reports
             self.peak_blocks_in_use = in_use

@@ -34,6 +34,7 @@ from anyio.streams.memory import MemoryObjectSendStream
 
 from .._source import GenerationRequest, SamplingParams, TokenChunk
 from ._openmp import release_idle_openmp_team
+from ._steplog import StepLog
 from .core import EngineCore
 
 __all__ = ["ENGINE_THREAD_NAME", "EngineClosedError", "NativeEngine", "default_engine_threads"]
@@ -118,6 +119,7 @@ class NativeEngine:
         self._closed = False
         self._thread: threading.Thread | None = None
         self.num_steps = 0
+        self._log = StepLog.from_env()  # a per-step timeline, for profiling (None: off)
         # torch's intra-op thread count is per OS thread: carry the creator's setting over.
         self.threads = torch.get_num_threads() if threads is None else threads
 
@@ -217,6 +219,8 @@ class NativeEngine:
     def _command(self, kind: str, payload: Any) -> None:
         with self._wake:
             self._commands.append((kind, payload))
+            if self._log is not None:
+                self._log.queued()
             if self._thread is None:
                 self._thread = threading.Thread(
                     target=self._loop, name=ENGINE_THREAD_NAME, daemon=True
@@ -227,14 +231,19 @@ class NativeEngine:
     def _loop(self) -> None:
         _name_os_thread(ENGINE_THREAD_NAME)
         torch.set_num_threads(self.threads)
+        log = self._log
         while True:
             with self._wake:
+                if log is not None and not (self._commands or self.core.has_work()):
+                    log.idle()
                 while not (self._commands or self.core.has_work() or self._closed):
                     self._wake.wait()
                 if self._closed:
                     break
                 commands = list(self._commands)
                 self._commands.clear()
+                if log is not None:
+                    log.begin()
             out: list[tuple[_Sink, TokenChunk]] = []
             with self._step_lock:
                 for kind, payload in commands:
@@ -244,6 +253,12 @@ class NativeEngine:
                         out.extend(self._abort_now(payload))
                 out.extend(self._step())
             self._send(out)
+            if log is not None:
+                adds = sum(kind == "add" for kind, _ in commands)
+                log.end(admitted=adds, rows=self.core.last_rows,
+                        prefill=self.core.last_prefill_tokens, chunks=len(out))  # fmt: skip
+        if log is not None:
+            log.flush()
         self._shutdown()
 
     def _add(self, request: GenerationRequest, sink: _Sink) -> list[tuple[_Sink, TokenChunk]]:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import random
 from collections.abc import Iterator
 from pathlib import Path
@@ -10,6 +11,7 @@ import anyio
 import pytest
 
 from streamfold.engines import GenerationRequest, SamplingParams, TokenChunk, TokenSource
+from streamfold.engines.native._steplog import STEP_LOG_ENV, read_step_log
 from streamfold.engines.native.core import EngineCore
 from streamfold.engines.native.engine import ENGINE_THREAD_NAME, NativeEngine
 from streamfold.engines.native.gptoss.model import GptOssModel
@@ -123,3 +125,34 @@ def test_the_engine_thread_carries_its_name_in_the_os(engine: NativeEngine) -> N
     assert engine._thread is not None and engine._thread.native_id is not None
     comm = Path(f"/proc/self/task/{engine._thread.native_id}/comm").read_text().strip()
     assert comm == ENGINE_THREAD_NAME == engine._thread.name
+
+
+def test_the_step_log_records_every_step_when_asked(
+    model: GptOssModel, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # bench_serve.py --step-log reads this timeline to split served - core time by cause; its
+    # counts must be the engine's own (every request admitted once, every chunk counted once).
+    path = tmp_path / "steps.jsonl"
+    monkeypatch.setenv(STEP_LOG_ENV, str(path))
+    requests = _requests(3, max_tokens=5)
+    with NativeEngine(EngineCore(model, block_size=4, num_blocks=256)) as native:
+        results = anyio.run(_run_concurrently, native, requests)
+        steps = native.num_steps
+    records = read_step_log(path)
+    assert len(records) == steps
+    assert sum(r["admitted"] for r in records) == 3
+    assert sum(r["chunks"] for r in records) == sum(len(c) for c in results.values()) == 15
+    assert sum(r["prefill"] for r in records) == sum(len(r.prompt_token_ids) for r in requests)
+    assert max(r["rows"] for r in records) == 3
+    first = records[0]
+    assert first["admitted"] >= 1 and first["first_queued"] <= first["t"]
+    assert all(r["wall"] >= 0 and r["cpu"] >= 0 and r["runq"] >= 0 for r in records)
+    assert all(a["t"] + a["wall"] <= b["t"] for a, b in itertools.pairwise(records))
+
+
+def test_the_step_log_is_off_by_default(
+    model: GptOssModel, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv(STEP_LOG_ENV, raising=False)
+    with NativeEngine(EngineCore(model, block_size=4, num_blocks=256)) as native:
+        assert native._log is None
