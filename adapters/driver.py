@@ -3,8 +3,16 @@ time, and hands the events on. It makes no protocol decision; `start`/`step`/`fi
 
 Backpressure: everything here is a pull-based async generator. The source's next chunk is only
 requested when the consumer asks for the next event batch, so a slow consumer (a slow HTTP
-client behind a flow-controlled socket) slows the engine down, and at most one chunk is held
+client behind a flow-controlled socket) slows the engine down, and at most one batch is held
 in memory per stream. No queue sits between the two, so nothing can grow without bound.
+
+Coalescing: a source whose stream has the readiness hint (`ReadyChunks.take_ready`) may hold
+chunks it has already produced when the consumer comes back for more (the consumer, e.g. a
+busy server writing to 200 sockets, was slower than the source). Those are stepped together
+with the chunk just received into one batch, up to `MAX_BATCH_CHUNKS` chunks, so the server
+logs, frames and writes them once. Nothing waits to fill a batch (a batch is what is ready
+now), nothing is read ahead of the source, and the cap keeps one stream from holding the
+event loop (or memory) for long. A source without the hint gives one chunk per batch.
 
 Cancellation: when the consumer goes away (it closes the iterator, its task is cancelled, a
 timeout fires), the source's async generator is closed (`aclose()`), which runs its `finally`
@@ -46,6 +54,7 @@ from streamfold.statemachine._sse import sse_frame
 
 __all__ = [
     "ABORT_GRACE_SECONDS",
+    "MAX_BATCH_CHUNKS",
     "NO_FINISH",
     "Generation",
     "close_source",
@@ -60,6 +69,10 @@ __all__ = [
 ABORT_GRACE_SECONDS = 5.0
 
 NO_FINISH = "the token source stopped without a finish reason"
+
+#: The most source chunks one event batch holds when the source has several ready (the cap on
+#: coalescing, see the module docstring).
+MAX_BATCH_CHUNKS = 16
 
 
 def _tokens(chunk: TokenChunk) -> Iterator[tuple[int, float | None, Any]]:
@@ -148,10 +161,11 @@ class Generation:
     """One response being generated: a source, a request, and the reducer state between chunks.
 
     `batches()` yields the events of `start`, then one list per source chunk (the events of all
-    its tokens), then those of `finish`. A consumer that records batches whole never stores
-    half a step. When the consumer stops early, `close(reason, message)` still gives the
-    terminal events (e.g. to write a `cancelled` response to a log); it returns `[]` once the
-    response is finished.
+    its tokens), or per run of up to `max_batch_chunks` chunks that the source had ready at
+    once (see the module docstring), then those of `finish`. A consumer that records batches
+    whole never stores half a step. When the consumer stops early, `close(reason, message)`
+    still gives the terminal events (e.g. to write a `cancelled` response to a log); it
+    returns `[]` once the response is finished.
     """
 
     def __init__(
@@ -163,8 +177,12 @@ class Generation:
         *,
         input_tokens: int | None = None,
         clock: Callable[[], float] | None = None,
+        max_batch_chunks: int = MAX_BATCH_CHUNKS,
     ) -> None:
+        if max_batch_chunks < 1:
+            raise ValueError(f"max_batch_chunks must be at least 1, got {max_batch_chunks}")
         self.source = source
+        self.max_batch_chunks = max_batch_chunks
         # Stamps `completed_at` on a completed response (the reducer reads no clock).
         self.clock = clock
         self.request = request
@@ -191,22 +209,33 @@ class Generation:
         return events + closing
 
     async def batches(self) -> AsyncGenerator[list[Event], None]:
-        """The events, one list per source chunk (see the class docstring)."""
+        """The events, one list per source chunk or run of ready chunks (see the class
+        docstring)."""
         yield self._start()
         reason: FinishReason = "error"
         message: str | None = NO_FINISH
         pending: list[Event] = []
         chunks: AsyncIterator[TokenChunk] | None = None
+        more = self.max_batch_chunks - 1
         try:
             chunks = self.source.generate(self.request)
-            async for chunk in chunks:
-                assert self.state is not None  # set by _start above
-                self.state, produced, error = step_chunk(self.state, chunk)
-                pending.extend(produced)
-                if error is not None:
-                    raise error
-                if chunk.finish_reason is not None:
-                    reason, message = chunk.finish_reason, chunk.error
+            take: Callable[[int], list[TokenChunk]] | None = getattr(chunks, "take_ready", None)
+            finished = False
+            async for first in chunks:
+                ready = [first]
+                if take is not None and more and first.finish_reason is None:
+                    ready += take(more)
+                for chunk in ready:
+                    assert self.state is not None  # set by _start above
+                    self.state, produced, error = step_chunk(self.state, chunk)
+                    pending.extend(produced)
+                    if error is not None:
+                        raise error
+                    if chunk.finish_reason is not None:
+                        reason, message = chunk.finish_reason, chunk.error
+                        finished = True
+                        break
+                if finished:
                     break
                 if pending:
                     batch, pending = pending, []

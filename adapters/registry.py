@@ -154,16 +154,38 @@ async def _fail(message: str) -> AsyncIterator[TokenChunk]:
     yield TokenChunk(finish_reason="error", error=message)
 
 
-async def _without_logprobs(chunks: AsyncIterator[TokenChunk]) -> AsyncIterator[TokenChunk]:
-    try:
-        async for chunk in chunks:
-            if chunk.logprobs is not None or chunk.top_logprobs is not None:
-                chunk = attrs.evolve(chunk, logprobs=None, top_logprobs=None)
-            yield chunk
-    finally:
-        aclose = getattr(chunks, "aclose", None)
+def _plain(chunk: TokenChunk) -> TokenChunk:
+    if chunk.logprobs is not None or chunk.top_logprobs is not None:
+        return attrs.evolve(chunk, logprobs=None, top_logprobs=None)
+    return chunk
+
+
+class _WithoutLogprobs:
+    """A replayed stream with its logprobs dropped, keeping the readiness hint of the stream
+    it wraps (`ReadyChunks`)."""
+
+    def __init__(self, chunks: AsyncIterator[TokenChunk]) -> None:
+        self._chunks = chunks
+        take: Callable[[int], list[TokenChunk]] | None = getattr(chunks, "take_ready", None)
+        self._take = take
+
+    def __aiter__(self) -> _WithoutLogprobs:
+        return self
+
+    async def __anext__(self) -> TokenChunk:
+        return _plain(await self._chunks.__anext__())
+
+    def take_ready(self, limit: int) -> list[TokenChunk]:
+        return [] if self._take is None else [_plain(c) for c in self._take(limit)]
+
+    async def aclose(self) -> None:
+        aclose = getattr(self._chunks, "aclose", None)
         if aclose is not None:
             await aclose()
+
+
+def _without_logprobs(chunks: AsyncIterator[TokenChunk]) -> AsyncIterator[TokenChunk]:
+    return _WithoutLogprobs(chunks)
 
 
 def replay_engine(args: argparse.Namespace) -> Engine:

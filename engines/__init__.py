@@ -6,6 +6,7 @@ from typing import Any
 from ._source import (
     FinishReason,
     GenerationRequest,
+    ReadyChunks,
     SamplingParams,
     TokenChunk,
     TokenSource,
@@ -57,6 +58,7 @@ __all__ = [
     "GptOssModel",
     "MissingTensorError",
     "NativeEngine",
+    "ReadyChunks",
     "ReplaySource",
     "RopeConfig",
     "SamplingParams",

@@ -7,6 +7,14 @@ driver in `streamfold.adapters` splits each chunk into single tokens for the red
 Cancellation is the consumer closing the iterator: `generate` is an async generator, and its
 `finally` block must abort the request in the engine, so a client that goes away leaves no work
 running behind it.
+
+Readiness (optional): the iterator `generate` returns may also have `take_ready(limit)`
+(`ReadyChunks`), which hands over, without waiting, chunks the source has *already produced*
+and holds (a replay without delay holds all of its trace; an engine's per-request queue holds
+what its steps made while the consumer was busy). The driver steps those together with the
+chunk it just received into one batch of events, so a consumer slower than its source (a busy
+server) writes one frame for several chunks instead of one each; a source without the method
+gives one chunk per batch, as before.
 """
 
 from __future__ import annotations
@@ -22,6 +30,7 @@ __all__ = [
     "FINISH_REASONS",
     "FinishReason",
     "GenerationRequest",
+    "ReadyChunks",
     "SamplingParams",
     "TokenChunk",
     "TokenSource",
@@ -107,3 +116,13 @@ class TokenSource(Protocol):
     """
 
     def generate(self, request: GenerationRequest) -> AsyncIterator[TokenChunk]: ...
+
+
+@runtime_checkable
+class ReadyChunks(Protocol):
+    """The optional readiness hint of a chunk stream (see the module docstring)."""
+
+    def take_ready(self, limit: int) -> list[TokenChunk]:
+        """Up to `limit` of the next chunks, those the source holds now, in order; `[]` when
+        none is ready. Never waits, and never makes a chunk that would not otherwise have been
+        made by now (no read-ahead). After the finished chunk it returns `[]`."""

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+import itertools
+from collections.abc import AsyncIterator, Generator
 from pathlib import Path
 
 import anyio
@@ -19,25 +20,58 @@ class UnknownTraceError(TraceFormatError, LookupError):
     """A request named a trace that the directory does not hold."""
 
 
-async def _replay(trace: Trace, delay: float, max_tokens: int | None) -> AsyncIterator[TokenChunk]:
+def _replayed(
+    trace: Trace, max_tokens: int | None
+) -> Generator[tuple[bool, TokenChunk], None, None]:
+    """The chunks a replay gives, each with whether the engine's pace (`delay`) precedes it."""
     sent = 0
     for chunk in trace.chunks:
-        if delay:
-            await anyio.sleep(delay)
         if max_tokens is not None and sent + len(chunk.token_ids) > max_tokens:
             # The engine would have stopped here: cut the chunk and report the limit.
             keep = max_tokens - sent
             logprobs = None if chunk.logprobs is None else chunk.logprobs[:keep]
-            yield TokenChunk(
-                token_ids=chunk.token_ids[:keep], logprobs=logprobs, finish_reason="length"
+            yield (
+                True,
+                TokenChunk(
+                    token_ids=chunk.token_ids[:keep], logprobs=logprobs, finish_reason="length"
+                ),
             )
             return
         sent += len(chunk.token_ids)
-        yield chunk
+        yield True, chunk
     if trace.finish_reason is None:
-        yield TokenChunk(finish_reason="error", error=CUT_OFF)
+        yield False, TokenChunk(finish_reason="error", error=CUT_OFF)
     else:
-        yield TokenChunk(finish_reason=trace.finish_reason, error=trace.error)
+        yield False, TokenChunk(finish_reason=trace.finish_reason, error=trace.error)
+
+
+class _Replay:
+    """One replayed request: an async iterator of chunks with the readiness hint
+    (`ReadyChunks`). Without a delay the whole trace is already "produced", so `take_ready`
+    hands over what is asked; with one, each chunk is due only after its delay, so none is
+    ready ahead of its turn."""
+
+    def __init__(self, trace: Trace, delay: float, max_tokens: int | None) -> None:
+        self._chunks = _replayed(trace, max_tokens)
+        self._delay = delay
+
+    def __aiter__(self) -> _Replay:
+        return self
+
+    async def __anext__(self) -> TokenChunk:
+        for paced, chunk in self._chunks:
+            if paced and self._delay:
+                await anyio.sleep(self._delay)
+            return chunk
+        raise StopAsyncIteration
+
+    def take_ready(self, limit: int) -> list[TokenChunk]:
+        if self._delay:
+            return []
+        return [chunk for _, chunk in itertools.islice(self._chunks, max(limit, 0))]
+
+    async def aclose(self) -> None:
+        self._chunks.close()
 
 
 class ReplaySource:
@@ -51,7 +85,7 @@ class ReplaySource:
         self.delay = delay
 
     def generate(self, request: GenerationRequest) -> AsyncIterator[TokenChunk]:
-        return _replay(self.trace, self.delay, request.max_output_tokens)
+        return _Replay(self.trace, self.delay, request.max_output_tokens)
 
 
 class TraceDirectorySource:
@@ -81,4 +115,4 @@ class TraceDirectorySource:
         return read_trace(path)
 
     def generate(self, request: GenerationRequest) -> AsyncIterator[TokenChunk]:
-        return _replay(self.trace_for(request.model), self.delay, request.max_output_tokens)
+        return _Replay(self.trace_for(request.model), self.delay, request.max_output_tokens)

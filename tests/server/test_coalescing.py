@@ -1,0 +1,315 @@
+"""Coalescing: chunks a source already holds (`ReadyChunks.take_ready`) go out in one batch.
+
+The driver steps every chunk the source has ready into the batch of the chunk it just received,
+up to `max_batch_chunks`; it never waits to fill a batch and never takes a chunk the source has
+not produced. The events, and the server's SSE bytes, are the same as one chunk per batch.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import anyio
+import pytest
+
+from streamfold.adapters.driver import MAX_BATCH_CHUNKS, Generation, fold
+from streamfold.adapters.grammars import grammar_for
+from streamfold.adapters.registry import Engine, ReplayEngine
+from streamfold.adapters.server import MemoryEventStore
+from streamfold.adapters.server._service import ResponseService
+from streamfold.engines import (
+    GenerationRequest,
+    ReadyChunks,
+    ReplaySource,
+    SamplingParams,
+    TokenChunk,
+    dump_trace,
+    read_trace,
+)
+from streamfold.engines.replay import CUT_OFF
+from streamfold.statemachine import Event, Response, dumps, loads, sse_event
+
+from .helpers import (
+    GREETING,
+    LONG_ANSWER,
+    WEATHER_CALL,
+    assert_conformant,
+    encode,
+    make_trace,
+    write_traces,
+)
+
+pytestmark = pytest.mark.anyio
+
+RESPONSE = Response(id="resp_trace", created_at=1, model="trace", status="in_progress")
+TEXT_TOKENS = len(encode(LONG_ANSWER)) - 4  # less the header's three and <|return|>
+GOLDENS = sorted(
+    p
+    for p in (Path(__file__).resolve().parents[2] / "specs" / "traces").glob("*.jsonl")
+    if not p.name.endswith(".golden.jsonl")
+)
+
+
+def request() -> GenerationRequest:
+    return GenerationRequest(request_id="resp_trace", prompt_token_ids=(1, 2, 3))
+
+
+def grammar():  # type: ignore[no-untyped-def]
+    return grammar_for({"grammar": "harmony"})
+
+
+class Counted:
+    """A chunk stream that counts what its consumer took, and how (hint or not)."""
+
+    def __init__(self, inner: AsyncIterator[TokenChunk], *, hint: bool) -> None:
+        self.inner = inner
+        self.received = 0  # chunks handed over by __anext__
+        self.taken: list[int] = []  # chunks handed over by each take_ready call
+        if hint:
+            self.take_ready = self._take_ready
+
+    @property
+    def produced(self) -> int:
+        return self.received + sum(self.taken)
+
+    def __aiter__(self) -> Counted:
+        return self
+
+    async def __anext__(self) -> TokenChunk:
+        chunk = await self.inner.__anext__()
+        self.received += 1
+        return chunk
+
+    def _take_ready(self, limit: int) -> list[TokenChunk]:
+        ready = self.inner.take_ready(limit)  # type: ignore[attr-defined]
+        self.taken.append(len(ready))
+        return ready  # type: ignore[no-any-return]
+
+    async def aclose(self) -> None:
+        await self.inner.aclose()  # type: ignore[attr-defined]
+
+
+class CountedSource:
+    def __init__(self, inner: Any, *, hint: bool = True) -> None:
+        self.inner, self.hint = inner, hint
+        self.streams: list[Counted] = []
+
+    def generate(self, req: GenerationRequest) -> AsyncIterator[TokenChunk]:
+        stream = Counted(self.inner.generate(req), hint=self.hint)
+        self.streams.append(stream)
+        return stream
+
+
+async def batches_of(source: Any, **kwargs: Any) -> list[list[Event]]:
+    generation = Generation(source, request(), grammar(), RESPONSE, **kwargs)
+    async with contextlib.aclosing(generation.batches()) as batches:
+        return [batch async for batch in batches]
+
+
+def deltas(batch: list[Event]) -> int:
+    return sum(e.type == "response.output_text.delta" for e in batch)
+
+
+def test_replay_streams_offer_the_readiness_hint() -> None:
+    stream = ReplaySource(make_trace(GREETING)).generate(request())
+    assert isinstance(stream, ReadyChunks)
+
+
+@pytest.mark.parametrize("cap", [1, 2, 5, MAX_BATCH_CHUNKS])
+async def test_ready_chunks_share_a_batch_never_more_than_the_cap(cap: int) -> None:
+    # LONG_ANSWER: one token per chunk, each text token one delta.
+    source = CountedSource(ReplaySource(make_trace(LONG_ANSWER)))
+    batches = await batches_of(source, max_batch_chunks=cap)
+    stream = source.streams[0]
+    per_batch = [deltas(b) for b in batches]
+    assert max(per_batch) == cap, per_batch  # several chunks per batch (cap > 1) ...
+    assert all(1 + n <= cap for n in stream.taken)  # ... and never more than the cap
+    assert sum(per_batch) == TEXT_TOKENS
+    text_batches = [b for b in batches[1:-1] if deltas(b)]
+    assert len(text_batches) <= math.ceil(sum(per_batch) / cap) + 1
+    assert_conformant([e for b in batches for e in b])
+
+
+async def test_a_source_without_the_hint_gives_one_chunk_per_batch() -> None:
+    source = CountedSource(ReplaySource(make_trace(LONG_ANSWER)), hint=False)
+    batches = await batches_of(source)
+    assert [deltas(b) for b in batches if deltas(b)] == [1] * TEXT_TOKENS
+    assert source.streams[0].taken == []
+
+
+async def test_replay_with_a_delay_has_nothing_ready_ahead_of_its_pace() -> None:
+    source = CountedSource(ReplaySource(make_trace(LONG_ANSWER), delay=0.0001))
+    batches = await batches_of(source)
+    assert [deltas(b) for b in batches if deltas(b)] == [1] * TEXT_TOKENS
+    assert set(source.streams[0].taken) == {0}
+
+
+class QueueSource:
+    """An engine's per-request queue: chunks arrive when the test puts them; `take_ready`
+    takes what is there now and nothing more (what the native engine's stream does)."""
+
+    def __init__(self) -> None:
+        self.send, self.receive = anyio.create_memory_object_stream[TokenChunk](math.inf)
+
+    def generate(self, req: GenerationRequest) -> AsyncIterator[TokenChunk]:
+        return self
+
+    def __aiter__(self) -> QueueSource:
+        return self
+
+    async def __anext__(self) -> TokenChunk:
+        try:
+            return await self.receive.receive()
+        except anyio.EndOfStream:
+            raise StopAsyncIteration from None
+
+    def take_ready(self, limit: int) -> list[TokenChunk]:
+        ready: list[TokenChunk] = []
+        while len(ready) < limit:
+            try:
+                ready.append(self.receive.receive_nowait())
+            except (anyio.WouldBlock, anyio.EndOfStream):
+                break
+        return ready
+
+    async def aclose(self) -> None:
+        self.receive.close()
+
+
+async def test_a_batch_is_what_is_ready_now_the_driver_never_waits_to_fill_it() -> None:
+    source = QueueSource()
+    header = [TokenChunk(token_ids=(t,)) for t in encode("<|channel|>final<|message|>")]
+    words = [TokenChunk(token_ids=(t,)) for t in encode(" one two three four five six seven")]
+    generation = Generation(source, request(), grammar(), RESPONSE)
+    async with contextlib.aclosing(generation.batches()) as batches:
+        started = await batches.__anext__()
+        assert started[0].type == "response.created"
+        for chunk in [*header, *words[:3]]:
+            source.send.send_nowait(chunk)
+        with anyio.fail_after(5):  # the queue holds no more: the batch must come without them
+            first = await batches.__anext__()
+        assert deltas(first) == 3
+        for chunk in words[3:]:
+            source.send.send_nowait(chunk)
+        second = await batches.__anext__()
+        assert deltas(second) == len(words) - 3
+        source.send.send_nowait(TokenChunk(finish_reason="stop"))
+        rest = [batch async for batch in batches]
+    assert rest[-1][-1].type == "response.completed"
+    assert_conformant([*started, *first, *second, *[e for b in rest for e in b]])
+
+
+async def test_a_slow_consumer_holds_at_most_one_capped_batch() -> None:
+    """Backpressure with coalescing: the source is read a batch at a time, so while a slow
+    consumer holds a batch, the source is at most one cap (plus the header chunks, which make
+    no event, and the finish) ahead of what it consumed before."""
+    source = CountedSource(ReplaySource(make_trace(LONG_ANSWER)))
+    generation = Generation(source, request(), grammar(), RESPONSE, max_batch_chunks=4)
+    header_chunks = len(encode("<|channel|>final<|message|>"))
+    consumed, ahead = 0, []
+    async with contextlib.aclosing(generation.batches()) as batches:
+        async for batch in batches:
+            produced = source.streams[0].produced if source.streams else 0
+            ahead.append(produced - consumed)
+            consumed += deltas(batch)
+            await anyio.sleep(0.001)  # a slow client
+    assert consumed == TEXT_TOKENS
+    assert max(ahead) <= header_chunks + 4 + 1, ahead
+    # A full batch's lead, and no more, all through the 120-token stream:
+    assert set(ahead[2:-1]) == {header_chunks + 4}, ahead
+
+
+@pytest.mark.parametrize("cap", [1, 3, MAX_BATCH_CHUNKS])
+@pytest.mark.parametrize("path", GOLDENS, ids=lambda p: p.stem)
+async def test_golden_traces_give_the_same_events_coalesced_or_not(path: Path, cap: int) -> None:
+    trace = read_trace(path)
+    if trace.header.get("grammar") != "harmony" or any(
+        not isinstance(c, TokenChunk) for c in trace.entries
+    ):
+        pytest.skip("a plain harmony trace (agent traces replay their loop steps)")
+    response = Response(id="resp_g", created_at=1, model="m", status="in_progress")
+    reason, message = (
+        (trace.finish_reason, trace.error) if trace.finish_reason else ("error", CUT_OFF)
+    )
+    expected = [dumps(e) for e in fold(grammar(), response, trace.chunks, reason, message)]
+    generation = Generation(
+        ReplaySource(trace), request(), grammar(), response, input_tokens=0, max_batch_chunks=cap
+    )
+    async with contextlib.aclosing(generation.batches()) as batches:
+        got = [dumps(e) async for batch in batches for e in batch]
+    assert got == expected
+
+
+def test_the_cap_must_be_positive() -> None:
+    with pytest.raises(ValueError, match="max_batch_chunks"):
+        Generation(
+            ReplaySource(make_trace(GREETING)), request(), grammar(), RESPONSE, max_batch_chunks=0
+        )
+
+
+def _without_hint(engine: Engine) -> Engine:
+    class Plain:
+        async def generate(self, req: GenerationRequest) -> AsyncIterator[TokenChunk]:
+            stream = engine.source.generate(req)
+            try:
+                async for chunk in stream:
+                    yield chunk
+            finally:
+                await stream.aclose()  # type: ignore[attr-defined]
+
+    return Engine(source=Plain(), grammar=engine.grammar)
+
+
+async def _served(engine: Engine, model: str) -> list[bytes]:
+    service = ResponseService(
+        engine, MemoryEventStore(), new_id=lambda: "resp_fixed", clock=lambda: 1_700_000_000.0
+    )
+    try:
+        prepared = await service.prepare({"model": model, "input": "hi", "stream": True})
+        return [frame async for frame in service.stream(prepared)]
+    finally:
+        service.renderer.close()
+
+
+@pytest.mark.parametrize("model", ["greeting", "weather_call", "long"])
+async def test_the_server_sends_the_same_sse_bytes_in_fewer_writes(
+    model: str, tmp_path: Path
+) -> None:
+    directory = write_traces(
+        tmp_path, {"greeting": GREETING, "weather_call": WEATHER_CALL, "long": LONG_ANSWER}
+    )
+    engine = ReplayEngine(directory).engine()
+    coalesced = await _served(engine, model)
+    one_each = await _served(_without_hint(engine), model)
+    assert b"".join(coalesced) == b"".join(one_each)
+    assert len(coalesced) < len(one_each)
+    # And they are the events' SSE frames, as the driver's `stream_sse` (and `replay --format
+    # sse`) write them.
+    frames = [f + b"\n\n" for f in b"".join(coalesced).split(b"\n\n")[:-1]]
+    assert frames == [sse_event(loads(f.split(b"data: ", 1)[1].strip())) for f in frames]
+
+
+async def test_ready_chunks_of_a_replay_lose_their_logprobs_unless_asked(tmp_path: Path) -> None:
+    """The replay engine drops a trace's logprobs when the request asks for none: on the
+    chunks it hands over through the hint too."""
+    ids = encode(LONG_ANSWER)
+    chunks = [TokenChunk(token_ids=(t,), logprobs=(-0.5,)) for t in ids]
+    header = {"grammar": "harmony", "encoding": "o200k_harmony", "response_id": "resp_lp"}
+    header |= {"model": "lp", "created_at": 1}
+    (tmp_path / "lp.jsonl").write_text(dump_trace(header, chunks, "stop"), encoding="utf-8")
+    engine = ReplayEngine(tmp_path)
+    for asked, expected in ((False, None), (True, (-0.5,))):
+        req = GenerationRequest(
+            request_id="r", prompt_token_ids=(1,), model="lp",
+            sampling=SamplingParams(logprobs=asked),
+        )  # fmt: skip
+        stream = engine.generate(req)
+        first = await stream.__anext__()
+        ready = stream.take_ready(1000)  # type: ignore[attr-defined]
+        assert len(ready) == len(ids)  # the rest, and the finish chunk
+        assert {c.logprobs for c in [first, *ready[:-1]]} == {expected}
+        await stream.aclose()  # type: ignore[attr-defined]
