@@ -43,8 +43,13 @@ _STATUS = {
     # The SDK's union has no response.cancelled event: a cancelled response ends as failed.
     "response.failed": ("failed", "cancelled"),
 }
-_USAGE = {"input_tokens": w.INDEX, "output_tokens": w.INDEX, "total_tokens": w.INDEX,
-          "input_tokens_details": w.OBJ, "output_tokens_details": w.OBJ}
+_USAGE = {
+    "input_tokens": w.INDEX,
+    "output_tokens": w.INDEX,
+    "total_tokens": w.INDEX,
+    "input_tokens_details": w.OBJ,
+    "output_tokens_details": w.OBJ,
+}
 _JSON_SCALARS = (str, int, float, bool, list, type(None))
 # The fast path's deltas: each type's stream, and whether it carries `logprobs` (R30). Its
 # checks are written for exactly these required fields; a change to `_wire.FIELDS` that it would
@@ -91,8 +96,11 @@ class Checker:
 
     def _report(self, rule: str, message: str) -> None:
         position, seq, etype = self._where
-        self._violations.append(Violation(position=position, sequence_number=seq,
-                                          event_type=etype, rule=rule, message=message))
+        self._violations.append(
+            Violation(
+                position=position, sequence_number=seq, event_type=etype, rule=rule, message=message
+            )
+        )
 
     # -- per event --------------------------------------------------------------------------
 
@@ -115,9 +123,13 @@ class Checker:
             if quiet is not None:
                 seq = raw.get("sequence_number")
                 entries = raw.get("logprobs") if quiet[1] else []
-                if (type(seq) is int and seq == position and type(entries) is list
-                        and not entries
-                        and self._items.quiet_delta(raw, quiet[0], self._tools.running)):
+                if (
+                    type(seq) is int
+                    and seq == position
+                    and type(entries) is list
+                    and not entries
+                    and self._items.quiet_delta(raw, quiet[0], self._tools.running)
+                ):
                     return
         self._where = (position, None, None)
         ev = self._as_wire(raw)
@@ -125,16 +137,22 @@ class Checker:
             return
         seq = ev.get("sequence_number")
         etype = ev.get("type")
-        self._where = (position, seq if _is_int(seq) else None,
-                       etype if isinstance(etype, str) else None)
+        self._where = (
+            position,
+            seq if _is_int(seq) else None,
+            etype if isinstance(etype, str) else None,
+        )
         if seq != position or not _is_int(seq):
             self._seq_off.append((position, self._where[1], self._where[2], seq))
         if not isinstance(etype, str):
             self._report("R1", f"event has no string `type` (saw {w.short(etype)})")
             return
         if etype not in w.KNOWN_TYPES:
-            self._report("R1", f"unknown event type {etype!r}: it is not in the openai SDK's "
-                               "ResponseStreamEvent union, so strict clients reject it")
+            self._report(
+                "R1",
+                f"unknown event type {etype!r}: it is not in the openai SDK's "
+                "ResponseStreamEvent union, so strict clients reject it",
+            )
             self._order(position, etype)
             return
         bad = self._shape(ev, etype)
@@ -158,12 +176,17 @@ class Checker:
 
                 wire = to_wire(raw)
         except Exception as exc:  # reported, not swallowed: the input is not a usable event
-            self._report("R1", f"{type(raw).__name__} object is neither a wire-JSON mapping nor "
-                               f"a streamfold event that to_wire() converts ({exc!r})")
+            self._report(
+                "R1",
+                f"{type(raw).__name__} object is neither a wire-JSON mapping nor "
+                f"a streamfold event that to_wire() converts ({exc!r})",
+            )
             return None
         if not isinstance(wire, Mapping):
-            self._report("R1", f"to_wire() turned {type(raw).__name__} into {w.short(wire)}, "
-                               "not a JSON object")
+            self._report(
+                "R1",
+                f"to_wire() turned {type(raw).__name__} into {w.short(wire)}, not a JSON object",
+            )
             return None
         return wire
 
@@ -189,8 +212,7 @@ class Checker:
         """R6 bookkeeping; False when the event comes after the stream already ended."""
         if self._end is None:
             return True
-        if (self._end[1] == "error" and etype == "response.failed"
-                and not self._failed_after_error):
+        if self._end[1] == "error" and etype == "response.failed" and not self._failed_after_error:
             self._failed_after_error = True
             return True
         self._after_end.append(position)
@@ -205,15 +227,20 @@ class Checker:
                 self._report("R4", "response.created must be the first event and only that")
         elif etype == "response.queued":
             if self._phase != 1:
-                self._report("R4", "response.queued may only come between response.created "
-                                   "and response.in_progress")
+                self._report(
+                    "R4",
+                    "response.queued may only come between response.created "
+                    "and response.in_progress",
+                )
         elif etype == "response.in_progress":
             if self._phase == 1:
                 self._phase = 2
             else:
                 what = "first" if self._phase == 0 else "a second time"
-                self._report("R4", f"response.in_progress {what}; it comes once, right after "
-                                   "response.created")
+                self._report(
+                    "R4",
+                    f"response.in_progress {what}; it comes once, right after response.created",
+                )
                 self._phase = 2
         elif self._phase < 2:
             expected = "response.created" if self._phase == 0 else "response.in_progress"
@@ -260,8 +287,13 @@ class Checker:
             item = ev.get("item")
             lacking = s.missing_nullable(item, s.ITEM_NULLABLE)
             if lacking:
-                problems.append(("R29", f"{w.get(item, 'type')} item lacks {', '.join(lacking)}"
-                                        " (the API sends these keys even when null)"))
+                problems.append(
+                    (
+                        "R29",
+                        f"{w.get(item, 'type')} item lacks {', '.join(lacking)}"
+                        " (the API sends these keys even when null)",
+                    )
+                )
             problems.append(("R30", s.item_logprob_problem(item)))
         elif etype in ("response.content_part.added", "response.content_part.done"):
             problems.append(("R30", s.part_logprob_problem(ev.get("part"))))
@@ -274,8 +306,13 @@ class Checker:
             for i, tool in enumerate(tools if isinstance(tools, list) else []):
                 lacking = s.missing_nullable(tool, s.TOOL_NULLABLE)
                 if lacking:
-                    problems.append(("R29", f"response.tools[{i}] lacks {', '.join(lacking)} "
-                                            "(the API sends these keys even when null)"))
+                    problems.append(
+                        (
+                            "R29",
+                            f"response.tools[{i}] lacks {', '.join(lacking)} "
+                            "(the API sends these keys even when null)",
+                        )
+                    )
             problems.append(("R29", s.error_problem(w.get(response, "error"))))
         for rule, message in problems:
             if message is not None:
@@ -296,8 +333,11 @@ class Checker:
             if self._response_id is None:
                 self._response_id = response_id
             elif response_id != self._response_id:
-                self._report("R5", f"response.id {response_id!r} differs from "
-                                   f"{self._response_id!r}, the id the stream started with")
+                self._report(
+                    "R5",
+                    f"response.id {response_id!r} differs from "
+                    f"{self._response_id!r}, the id the stream started with",
+                )
         self._status(etype, response)
         if etype == "response.completed":
             self._usage(response)
@@ -308,19 +348,29 @@ class Checker:
         status = response.get("status")
         allowed = _STATUS[etype]
         if status not in allowed:
-            self._report("R7", f"{etype} must carry status {' or '.join(map(repr, allowed))}, "
-                               f"saw {w.short(status)}")
+            self._report(
+                "R7",
+                f"{etype} must carry status {' or '.join(map(repr, allowed))}, "
+                f"saw {w.short(status)}",
+            )
         if etype == "response.incomplete":
             reason = w.get(response.get("incomplete_details"), "reason")
             if not isinstance(reason, str) or not reason:
-                self._report("R7", "response.incomplete must say why in "
-                                   f"incomplete_details.reason, saw {w.short(reason)}")
+                self._report(
+                    "R7",
+                    "response.incomplete must say why in "
+                    f"incomplete_details.reason, saw {w.short(reason)}",
+                )
         if etype == "response.failed":
             error = response.get("error")
-            if not (isinstance(w.get(error, "message"), str) and isinstance(w.get(error, "code"),
-                                                                            str)):
-                self._report("R7", "response.failed must carry error.code and error.message, "
-                                   f"saw error={w.short(error)}")
+            if not (
+                isinstance(w.get(error, "message"), str) and isinstance(w.get(error, "code"), str)
+            ):
+                self._report(
+                    "R7",
+                    "response.failed must carry error.code and error.message, "
+                    f"saw error={w.short(error)}",
+                )
 
     def _usage(self, response: Mapping[str, Any]) -> None:
         usage = response.get("usage")
@@ -335,8 +385,10 @@ class Checker:
         if not problems:
             total = usage["input_tokens"] + usage["output_tokens"]
             if usage["total_tokens"] != total:
-                problems.append(f"usage.total_tokens is {usage['total_tokens']}, but "
-                                f"input_tokens + output_tokens = {total}")
+                problems.append(
+                    f"usage.total_tokens is {usage['total_tokens']}, but "
+                    f"input_tokens + output_tokens = {total}"
+                )
         if problems:
             self._report("R8", "; ".join(problems))
 
@@ -344,8 +396,9 @@ class Checker:
         for it in self._items.open_items():
             parts = it.open_parts()
             also = f", with {len(parts)} part(s) still open" if parts else ""
-            self._report("R21", f"{it.describe()} (added at position {it.added_at}) is never "
-                                f"done{also}")
+            self._report(
+                "R21", f"{it.describe()} (added at position {it.added_at}) is never done{also}"
+            )
         output = response.get("output")
         if not isinstance(output, list):
             return
@@ -357,27 +410,37 @@ class Checker:
             pairs = [(by_id[it.id], it) for it in done if it.id in by_id]
             missing = [it.id for it in done if it.id not in by_id]
             extra = sorted(set(by_id) - {it.id for it in done})
-            self._report("R22", f"response.output has {len(output)} item(s), but the stream "
-                                f"finished {len(done)}; done but not in output: {missing}, "
-                                f"in output but never done: {extra}")
+            self._report(
+                "R22",
+                f"response.output has {len(output)} item(s), but the stream "
+                f"finished {len(done)}; done but not in output: {missing}, "
+                f"in output but never done: {extra}",
+            )
         for final, it in pairs:
             where = f"response.output[{_position(output, final)}]"
             if it.type == "function_call":
                 for key, value in (("call_id", it.call_id), ("name", it.name)):
                     if w.get(final, key) != value:
-                        self._report("R20", f"{where}.{key} is {w.short(w.get(final, key))}, "
-                                            f"but the call was streamed with {value!r}")
+                        self._report(
+                            "R20",
+                            f"{where}.{key} is {w.short(w.get(final, key))}, "
+                            f"but the call was streamed with {value!r}",
+                        )
             difference = _first_difference(it.done_item, final, where)
             if difference is not None:
-                self._report("R22", f"{difference} (compared with output_item.done at position "
-                                    f"{it.done_at})")
+                self._report(
+                    "R22", f"{difference} (compared with output_item.done at position {it.done_at})"
+                )
 
     def _error(self, position: int, ev: Mapping[str, Any]) -> None:
         message = ev.get("message")
         nested = w.get(ev.get("error"), "message")
         if not isinstance(message, str) and not isinstance(nested, str):
-            self._report("R23", "an error event must carry `message` (documented shape) or "
-                                "`error.message` (the nested shape OpenAI sends)")
+            self._report(
+                "R23",
+                "an error event must carry `message` (documented shape) or "
+                "`error.message` (the nested shape OpenAI sends)",
+            )
         self._end = (position, "error")
 
     # -- end of stream ----------------------------------------------------------------------
@@ -388,15 +451,21 @@ class Checker:
         if self._end is None:
             self._where = end
             what = f"after {self._count} events" if self._count else "empty"
-            self._report("R6", f"the stream ended {what} without a terminal event "
-                               "(response.completed, response.incomplete or response.failed)")
+            self._report(
+                "R6",
+                f"the stream ended {what} without a terminal event "
+                "(response.completed, response.incomplete or response.failed)",
+            )
         elif self._after_end:
             first = self._after_end[0]
             self._where = (first, None, None)
-            self._report("R6", f"{len(self._after_end)} event(s) follow the terminal "
-                               f"{self._end[1]} at position {self._end[0]} (first at position "
-                               f"{first}); nothing may follow it except one response.failed "
-                               "after an error event")
+            self._report(
+                "R6",
+                f"{len(self._after_end)} event(s) follow the terminal "
+                f"{self._end[1]} at position {self._end[0]} (first at position "
+                f"{first}); nothing may follow it except one response.failed "
+                "after an error event",
+            )
         return sorted(self._violations, key=lambda v: v.position)
 
     def _report_sequence_runs(self) -> None:
@@ -412,8 +481,11 @@ class Checker:
             self._where = (position, seq, etype)
             seen = "missing" if raw is None else w.short(raw)
             more = f"; the next {len(run) - 1} event(s) are off too" if len(run) > 1 else ""
-            self._report("R3", f"sequence_number must be {position} (the event's place in the "
-                               f"stream), saw {seen}{more}")
+            self._report(
+                "R3",
+                f"sequence_number must be {position} (the event's place in the "
+                f"stream), saw {seen}{more}",
+            )
 
 
 def _position(items: list[Any], item: Any) -> int:

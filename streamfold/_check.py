@@ -50,13 +50,27 @@ def add_check_parser(subparsers: Any) -> argparse.ArgumentParser:
 
 
 def _add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("file", nargs="?", default="-", metavar="FILE",
-                        help="the recorded stream (SSE or JSON lines); '-' or none: stdin")
-    parser.add_argument("--format", choices=("text", "json"), default="text",
-                        help="report as readable text (default) or as one JSON object")
-    parser.add_argument("--max-line-mib", type=int, default=MAX_LINE_BYTES // 2**20, metavar="N",
-                        help="refuse a line longer than N MiB (default %(default)s); the input "
-                             "is read line by line, so its length has no limit")
+    parser.add_argument(
+        "file",
+        nargs="?",
+        default="-",
+        metavar="FILE",
+        help="the recorded stream (SSE or JSON lines); '-' or none: stdin",
+    )
+    parser.add_argument(
+        "--format",
+        choices=("text", "json"),
+        default="text",
+        help="report as readable text (default) or as one JSON object",
+    )
+    parser.add_argument(
+        "--max-line-mib",
+        type=int,
+        default=MAX_LINE_BYTES // 2**20,
+        metavar="N",
+        help="refuse a line longer than N MiB (default %(default)s); the input "
+        "is read line by line, so its length has no limit",
+    )
 
 
 def run_check(args: argparse.Namespace) -> int:
@@ -66,8 +80,11 @@ def run_check(args: argparse.Namespace) -> int:
     try:
         if args.file == "-":
             if sys.stdin.isatty():
-                print("streamfold check: reading a stream from stdin (end it with Ctrl-D); "
-                      "or give the FILE to check", file=sys.stderr)
+                print(
+                    "streamfold check: reading a stream from stdin (end it with Ctrl-D); "
+                    "or give the FILE to check",
+                    file=sys.stderr,
+                )
             reading, violations = check_file(sys.stdin.buffer, max_line_bytes=limit)
         else:
             with open(args.file, "rb") as f:
@@ -79,24 +96,30 @@ def run_check(args: argparse.Namespace) -> int:
         print(f"streamfold check: {name}: {exc}", file=sys.stderr)
         return EXIT_UNREADABLE
     except RecursionError:
-        print(f"streamfold check: {name}: an event is nested too deeply to check",
-              file=sys.stderr)
+        print(f"streamfold check: {name}: an event is nested too deeply to check", file=sys.stderr)
         return EXIT_UNREADABLE
     if args.format == "json":
-        print(json.dumps({
-            "file": name,
-            "framing": reading.framing,
-            "events": reading.event_count,
-            "truncated": reading.truncated,
-            "conformant": not violations,
-            "violations": [{**attrs.asdict(v), "rule_title": RULES.get(v.rule, "")}
-                           for v in violations],
-        }))
+        print(
+            json.dumps(
+                {
+                    "file": name,
+                    "framing": reading.framing,
+                    "events": reading.event_count,
+                    "truncated": reading.truncated,
+                    "conformant": not violations,
+                    "violations": [
+                        {**attrs.asdict(v), "rule_title": RULES.get(v.rule, "")} for v in violations
+                    ],
+                }
+            )
+        )
     else:
         print(f"{name}: {reading.event_count} events read as {reading.framing}")
         if reading.truncated:
-            print("note: the input ends inside an SSE event (no closing blank line); that "
-                  "event was dropped, as SSE clients drop it")
+            print(
+                "note: the input ends inside an SSE event (no closing blank line); that "
+                "event was dropped, as SSE clients drop it"
+            )
         print(format_report(violations, event_count=reading.event_count), end="")
     return EXIT_VIOLATIONS if violations else EXIT_CONFORMANT
 
