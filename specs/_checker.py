@@ -22,7 +22,7 @@ nested shape OpenAI sends live (`error.message`) are accepted. A stream that end
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 from . import _shapes as s
@@ -51,16 +51,19 @@ _USAGE = {
     "output_tokens_details": w.OBJ,
 }
 _JSON_SCALARS = (str, int, float, bool, list, type(None))
-# The fast path's deltas: each type's stream, and whether it carries `logprobs` (R30). Its
-# checks are written for exactly these required fields; a change to `_wire.FIELDS` that it would
-# miss fails here at import rather than passing events it no longer judges.
-_QUIET: dict[str, tuple[w.Stream, bool]] = {}
+# The fast path's deltas: each type's stream, whether it carries `logprobs` (R30), and the field
+# that names its part (None: the item's own text). Its checks are written for exactly these
+# required fields; a change to `_wire.FIELDS` that it would miss fails here at import rather
+# than passing events it no longer judges.
+_QUIET: dict[str, tuple[w.Stream, bool, str | None]] = {}
 for _etype, _stream in w.DELTAS.items():
     _logprobs = "logprobs" in w.FIELDS[_etype]
     _part = () if _stream.part is None else (w.FAMILIES[_stream.part].index_field,)
     _known = {"item_id", "output_index", "delta", *_part, *(("logprobs",) * _logprobs)}
     assert set(w.FIELDS[_etype]) == _known, (_etype, w.FIELDS[_etype])
-    _QUIET[_etype] = (_stream, _logprobs)
+    _QUIET[_etype] = (_stream, _logprobs, _part[0] if _part else None)
+# No event's type equals it: the batch loop's "no quiet delta yet".
+_NO_TYPE = object()
 
 
 def check(events: Iterable[Mapping[str, Any] | object]) -> list[Violation]:
@@ -105,32 +108,87 @@ class Checker:
     # -- per event --------------------------------------------------------------------------
 
     def events(self, batch: Iterable[Mapping[str, Any] | object]) -> None:
-        """The next events of the stream, in order."""
-        event = self.event
-        for position, raw in enumerate(batch, self._count):
-            event(position, raw)
+        """The next events of the stream, in order.
+
+        Nearly every event of a long stream is a quiet delta into the same text as the one
+        before it (issue 16). After `_quiet` took a delta, the next one is taken here by
+        comparing its fields with that delta's (the same type, item, index and part; its own
+        sequence number; a string delta; no logprobs): what `_quiet` found about that target
+        (open, of the right type, its tool not running) still holds, because only the general
+        path changes it, and any event the general path sees ends the run."""
+        position = self._count
+        quiet, general = self._quiet, self._general
+        kind: object = _NO_TYPE
+        index: int = 0
+        item_id: str = ""
+        part_field: str | None = None
+        part_index: object = None
+        logprobs = False
+        nowhere: list[str] = []
+        append: Callable[[str], None] = nowhere.append  # to the last quiet delta's text
+        for raw in batch:
+            if type(raw) is dict:
+                if (
+                    type(etype := raw.get("type")) is str
+                    and etype == kind
+                    and type(seq := raw.get("sequence_number")) is int
+                    and seq == position
+                    and type(at := raw.get("output_index")) is int
+                    and at == index
+                    and type(iid := raw.get("item_id")) is str
+                    and iid == item_id
+                    and type(delta := raw.get("delta")) is str
+                    and (
+                        part_field is None
+                        or (type(pi := raw.get(part_field)) is int and pi == part_index)
+                    )
+                    and (not logprobs or (type(lp := raw.get("logprobs")) is list and not lp))
+                ):
+                    append(delta)
+                    position += 1
+                    continue
+                texts = quiet(position, raw)
+                if texts is not None:  # the next deltas are compared with this one
+                    kind, index, item_id = raw["type"], raw["output_index"], raw["item_id"]
+                    _, logprobs, part_field = _QUIET[raw["type"]]
+                    part_index = None if part_field is None else raw[part_field]
+                    append = texts.append
+                    position += 1
+                    continue
+            self._count = position + 1
+            general(position, raw)
+            kind = _NO_TYPE
+            position += 1
+        self._count = position
 
     def event(self, position: int, raw: object) -> None:
+        """The event at `position` (the stream's events are given in order)."""
         self._count = position + 1
-        if type(raw) is dict and self._phase == 2 and self._end is None:
-            # The fast path, for the events nearly every stream is made of: a delta that breaks
-            # no rule changes only its text. Quiet means in its place (R3), after the opening
-            # and before the end (R4, R6), without logprobs (R2, R30), and, judged by
-            # `Items.quiet_delta`, into the right open item and part (R11-R16) whose tool has
-            # not run yet (R27). Anything else takes the general path below.
-            etype = raw.get("type")
-            quiet = _QUIET.get(etype) if type(etype) is str else None
-            if quiet is not None:
-                seq = raw.get("sequence_number")
-                entries = raw.get("logprobs") if quiet[1] else []
-                if (
-                    type(seq) is int
-                    and seq == position
-                    and type(entries) is list
-                    and not entries
-                    and self._items.quiet_delta(raw, quiet[0], self._tools.running)
-                ):
-                    return
+        if type(raw) is dict and self._quiet(position, raw) is not None:
+            return
+        self._general(position, raw)
+
+    def _quiet(self, position: int, raw: dict[str, Any]) -> list[str] | None:
+        """The fast path, for the events nearly every stream is made of: a delta that breaks no
+        rule changes only its text, which is appended; the list of its text's deltas is
+        returned. Quiet means in its place (R3), after the opening and before the end (R4,
+        R6), without logprobs (R2, R30), and, judged by `Items.quiet_delta`, into the right
+        open item and part (R11-R16) whose tool has not run yet (R27). None: nothing changed,
+        and the general path judges the event."""
+        if self._phase != 2 or self._end is not None:
+            return None
+        etype = raw.get("type")
+        quiet = _QUIET.get(etype) if type(etype) is str else None
+        if quiet is None:
+            return None
+        seq = raw.get("sequence_number")
+        entries = raw.get("logprobs") if quiet[1] else []
+        if type(seq) is int and seq == position and type(entries) is list and not entries:
+            return self._items.quiet_delta(raw, quiet[0], self._tools.running)
+        return None
+
+    def _general(self, position: int, raw: object) -> None:
+        """Every rule, in order, for one event."""
         self._where = (position, None, None)
         ev = self._as_wire(raw)
         if ev is None:
@@ -248,7 +306,8 @@ class Checker:
             self._phase = 2
 
     def _dispatch(self, position: int, ev: Mapping[str, Any], etype: str, bad: set[str]) -> None:
-        self._client_shapes(ev, etype, bad)
+        for rule, message in s.client_problems(ev, etype, bad):
+            self._report(rule, message)
         items = self._items
         if etype in w.LIFECYCLE:
             self._lifecycle(position, ev, etype, bad)
@@ -279,44 +338,6 @@ class Checker:
     def _item_at(self, ev: Mapping[str, Any], bad: set[str]) -> Any:
         index = None if "output_index" in bad else w.get_index(ev, "output_index")
         return None if index is None else self._items.by_index.get(index)
-
-    def _client_shapes(self, ev: Mapping[str, Any], etype: str, bad: set[str]) -> None:
-        """R29 (keys the API always sends, even as null) and R30 (logprob entries' shape)."""
-        problems: list[tuple[str, str | None]] = []
-        if etype in ("response.output_item.added", "response.output_item.done"):
-            item = ev.get("item")
-            lacking = s.missing_nullable(item, s.ITEM_NULLABLE)
-            if lacking:
-                problems.append(
-                    (
-                        "R29",
-                        f"{w.get(item, 'type')} item lacks {', '.join(lacking)}"
-                        " (the API sends these keys even when null)",
-                    )
-                )
-            problems.append(("R30", s.item_logprob_problem(item)))
-        elif etype in ("response.content_part.added", "response.content_part.done"):
-            problems.append(("R30", s.part_logprob_problem(ev.get("part"))))
-        elif etype in ("response.output_text.delta", "response.output_text.done"):
-            if "logprobs" not in bad:
-                problems.append(("R30", s.logprob_problem(ev.get("logprobs"), with_bytes=False)))
-        elif etype in w.LIFECYCLE and "response" not in bad:
-            response = ev.get("response")
-            tools = w.get(response, "tools")
-            for i, tool in enumerate(tools if isinstance(tools, list) else []):
-                lacking = s.missing_nullable(tool, s.TOOL_NULLABLE)
-                if lacking:
-                    problems.append(
-                        (
-                            "R29",
-                            f"response.tools[{i}] lacks {', '.join(lacking)} "
-                            "(the API sends these keys even when null)",
-                        )
-                    )
-            problems.append(("R29", s.error_problem(w.get(response, "error"))))
-        for rule, message in problems:
-            if message is not None:
-                self._report(rule, message)
 
     # -- lifecycle --------------------------------------------------------------------------
 
@@ -426,7 +447,7 @@ class Checker:
                             f"{where}.{key} is {w.short(w.get(final, key))}, "
                             f"but the call was streamed with {value!r}",
                         )
-            difference = _first_difference(it.done_item, final, where)
+            difference = w.first_difference(it.done_item, final, where)
             if difference is not None:
                 self._report(
                     "R22", f"{difference} (compared with output_item.done at position {it.done_at})"
@@ -494,28 +515,3 @@ def _position(items: list[Any], item: Any) -> int:
 
 def _is_int(value: Any) -> bool:
     return isinstance(value, int) and not isinstance(value, bool)
-
-
-def _first_difference(a: Any, b: Any, path: str) -> str | None:
-    """The first place where two JSON values differ, as `path: a vs b`; None when equal."""
-    if isinstance(a, Mapping) and isinstance(b, Mapping):
-        for key in list(a) + [k for k in b if k not in a]:
-            if key not in b:
-                return f"{path}.{key} is missing (output_item.done had {w.short(a[key])})"
-            if key not in a:
-                return f"{path}.{key} is {w.short(b[key])}, absent from output_item.done"
-            found = _first_difference(a[key], b[key], f"{path}.{key}")
-            if found is not None:
-                return found
-        return None
-    if isinstance(a, list) and isinstance(b, list):
-        if len(a) != len(b):
-            return f"{path} has {len(b)} entries, output_item.done had {len(a)}"
-        for k, (x, y) in enumerate(zip(a, b, strict=True)):
-            found = _first_difference(x, y, f"{path}[{k}]")
-            if found is not None:
-                return found
-        return None
-    if a == b and type(a) is type(b):
-        return None
-    return f"{path} is {w.short(b)}, output_item.done had {w.short(a)}"

@@ -304,34 +304,37 @@ class Items:
 
     # -- events inside an item ------------------------------------------------------------
 
-    def quiet_delta(self, ev: dict[str, Any], stream: w.Stream, running: AbstractSet[int]) -> bool:
+    def quiet_delta(
+        self, ev: dict[str, Any], stream: w.Stream, running: AbstractSet[int]
+    ) -> list[str] | None:
         """A delta that `text_event` would take without a report (right item, id, type and
         part, all of them open, its fields of the right types, its item's tool not `running`):
-        its text is appended, as `text_event` appends it, and True. Else nothing changes and
-        False: the general path then judges the event. The checker's fast path (issue 16);
-        tests/specs/test_quiet_deltas.py holds it to the general path."""
+        its text is appended, as `text_event` appends it, and the list of deltas it went to is
+        returned. Else nothing changes and None: the general path then judges the event. The
+        checker's fast path (issue 16); tests/specs/test_quiet_deltas.py holds it to the
+        general path."""
         index, item_id, delta = ev.get("output_index"), ev.get("item_id"), ev.get("delta")
         if type(index) is not int or type(item_id) is not str or type(delta) is not str:
-            return False
+            return None
         if index in running:
-            return False
+            return None
         it = self.by_index.get(index)
         if it is None or it.done_at is not None or it.id != item_id or it.type != stream.item_type:
-            return False
+            return None
         holder: _Item | _Part = it
         if stream.part is not None:
             family = w.FAMILIES[stream.part]
             part_index = ev.get(family.index_field)
             if type(part_index) is not int:
-                return False
+                return None
             part = it.parts.get((family.name, part_index))
             if part is None or part.done_at is not None or part.part_type != stream.part_type:
-                return False
+                return None
             holder = part
         if holder.text_done_at is not None:
-            return False
+            return None
         holder.deltas.append(delta)
-        return True
+        return holder.deltas
 
     def target(
         self, ev: Mapping[str, Any], bad: set[str], etype: str, item_types: frozenset[str]

@@ -93,3 +93,41 @@ def item_logprob_problem(item: Any) -> str | None:
         if problem is not None:
             return problem
     return None
+
+
+def client_problems(ev: Mapping[str, Any], etype: str, bad: set[str]) -> list[tuple[str, str]]:
+    """R29 (keys the API always sends, even as null) and R30 (logprob entries' shape) for one
+    event, as (rule, message) pairs; `bad` are the fields R2 already reported."""
+    problems: list[tuple[str, str | None]] = []
+    if etype in ("response.output_item.added", "response.output_item.done"):
+        item = ev.get("item")
+        lacking = missing_nullable(item, ITEM_NULLABLE)
+        if lacking:
+            problems.append(
+                (
+                    "R29",
+                    f"{w.get(item, 'type')} item lacks {', '.join(lacking)}"
+                    " (the API sends these keys even when null)",
+                )
+            )
+        problems.append(("R30", item_logprob_problem(item)))
+    elif etype in ("response.content_part.added", "response.content_part.done"):
+        problems.append(("R30", part_logprob_problem(ev.get("part"))))
+    elif etype in ("response.output_text.delta", "response.output_text.done"):
+        if "logprobs" not in bad:
+            problems.append(("R30", logprob_problem(ev.get("logprobs"), with_bytes=False)))
+    elif etype in w.LIFECYCLE and "response" not in bad:
+        response = ev.get("response")
+        tools = w.get(response, "tools")
+        for i, tool in enumerate(tools if isinstance(tools, list) else []):
+            lacking = missing_nullable(tool, TOOL_NULLABLE)
+            if lacking:
+                problems.append(
+                    (
+                        "R29",
+                        f"response.tools[{i}] lacks {', '.join(lacking)} "
+                        "(the API sends these keys even when null)",
+                    )
+                )
+        problems.append(("R29", error_problem(w.get(response, "error"))))
+    return [(rule, message) for rule, message in problems if message is not None]

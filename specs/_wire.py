@@ -152,29 +152,72 @@ class Stream:
 
 
 _STREAMS = (
-    Stream(name="output_text", item_type="message", done_field="text", part="content",
-           part_type="output_text"),
-    Stream(name="refusal", item_type="message", done_field="refusal", part="content",
-           part_type="refusal"),
-    Stream(name="reasoning_text", item_type="reasoning", done_field="text", part="content",
-           part_type="reasoning_text"),
-    Stream(name="reasoning_summary_text", item_type="reasoning", done_field="text",
-           part="summary", part_type="summary_text"),
-    Stream(name="function_call_arguments", item_type="function_call", done_field="arguments",
-           item_field="arguments"),
-    Stream(name="custom_tool_call_input", item_type="custom_tool_call", done_field="input",
-           item_field="input"),
-    Stream(name="code_interpreter_call_code", item_type="code_interpreter_call",
-           done_field="code", item_field="code"),
-    Stream(name="mcp_call_arguments", item_type="mcp_call", done_field="arguments",
-           item_field="arguments"),
+    Stream(
+        name="output_text",
+        item_type="message",
+        done_field="text",
+        part="content",
+        part_type="output_text",
+    ),
+    Stream(
+        name="refusal",
+        item_type="message",
+        done_field="refusal",
+        part="content",
+        part_type="refusal",
+    ),
+    Stream(
+        name="reasoning_text",
+        item_type="reasoning",
+        done_field="text",
+        part="content",
+        part_type="reasoning_text",
+    ),
+    Stream(
+        name="reasoning_summary_text",
+        item_type="reasoning",
+        done_field="text",
+        part="summary",
+        part_type="summary_text",
+    ),
+    Stream(
+        name="function_call_arguments",
+        item_type="function_call",
+        done_field="arguments",
+        item_field="arguments",
+    ),
+    Stream(
+        name="custom_tool_call_input",
+        item_type="custom_tool_call",
+        done_field="input",
+        item_field="input",
+    ),
+    Stream(
+        name="code_interpreter_call_code",
+        item_type="code_interpreter_call",
+        done_field="code",
+        item_field="code",
+    ),
+    Stream(
+        name="mcp_call_arguments",
+        item_type="mcp_call",
+        done_field="arguments",
+        item_field="arguments",
+    ),
 )
 DELTAS: dict[str, Stream] = {f"response.{s.name}.delta": s for s in _STREAMS}
 DONES: dict[str, Stream] = {f"response.{s.name}.done": s for s in _STREAMS}
 
 # Texts that a server must close with their `.done` even when no delta was sent.
-ALWAYS_DONE = frozenset({"output_text", "refusal", "reasoning_text", "reasoning_summary_text",
-                         "function_call_arguments"})
+ALWAYS_DONE = frozenset(
+    {
+        "output_text",
+        "refusal",
+        "reasoning_text",
+        "reasoning_summary_text",
+        "function_call_arguments",
+    }
+)
 
 
 @attrs.frozen(kw_only=True)
@@ -210,8 +253,12 @@ PART_EVENTS: dict[str, tuple[PartFamily, bool]] = {
 }
 FAMILIES = {"content": CONTENT, "summary": SUMMARY}
 # The field of a part object that holds its text.
-PART_TEXT_FIELD = {"output_text": "text", "refusal": "refusal", "reasoning_text": "text",
-                   "summary_text": "text"}
+PART_TEXT_FIELD = {
+    "output_text": "text",
+    "refusal": "refusal",
+    "reasoning_text": "text",
+    "summary_text": "text",
+}
 
 
 def _is_int(v: Any) -> bool:
@@ -259,3 +306,28 @@ def get_index(obj: Any, key: str) -> int | None:
     value = get(obj, key)
     ok = isinstance(value, int) and not isinstance(value, bool) and value >= 0
     return value if ok else None
+
+
+def first_difference(a: Any, b: Any, path: str) -> str | None:
+    """The first place where two JSON values differ, as `path: a vs b`; None when equal."""
+    if isinstance(a, Mapping) and isinstance(b, Mapping):
+        for key in list(a) + [k for k in b if k not in a]:
+            if key not in b:
+                return f"{path}.{key} is missing (output_item.done had {short(a[key])})"
+            if key not in a:
+                return f"{path}.{key} is {short(b[key])}, absent from output_item.done"
+            found = first_difference(a[key], b[key], f"{path}.{key}")
+            if found is not None:
+                return found
+        return None
+    if isinstance(a, list) and isinstance(b, list):
+        if len(a) != len(b):
+            return f"{path} has {len(b)} entries, output_item.done had {len(a)}"
+        for k, (x, y) in enumerate(zip(a, b, strict=True)):
+            found = first_difference(x, y, f"{path}[{k}]")
+            if found is not None:
+                return found
+        return None
+    if a == b and type(a) is type(b):
+        return None
+    return f"{path} is {short(b)}, output_item.done had {short(a)}"

@@ -138,3 +138,27 @@ def test_subcommand_wiring_and_stdin() -> None:
         check=False,
     )
     assert broken.returncode == 1 and b"R1" in broken.stdout
+
+
+@pytest.mark.parametrize("fails", [False, True], ids=["checked", "unreadable"])
+def test_the_cycle_collector_is_off_during_the_check_only(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, fails: bool
+) -> None:
+    """`streamfold check` turns Python's cyclic collector off while it reads (issue 16: it
+    rescanned the batch in flight, about a tenth of the CPU time), and turns it back on after,
+    also when the input is unreadable, for a caller that runs `main` in its own process."""
+    import gc
+
+    from streamfold import _check
+
+    seen: list[bool] = []
+    real = _check.check_file
+
+    def spy(*args: Any, **kwargs: Any) -> Any:
+        seen.append(gc.isenabled())
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(_check, "check_file", spy)
+    assert gc.isenabled()
+    assert run(tmp_path, b"{oops\n" if fails else as_sse(good_stream())) == (2 if fails else 0)
+    assert seen == [False] and gc.isenabled()

@@ -11,6 +11,7 @@ types, logprobs, order, tool stages).
 from __future__ import annotations
 
 import copy
+import itertools
 from pathlib import Path
 from typing import Any
 
@@ -19,7 +20,6 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from streamfold.specs import _checker, check, read_stream
-from streamfold.specs._items import Items
 from streamfold.specs._violation import Violation
 
 from .wire_streams import good_stream, renumber, summary_and_code_stream
@@ -41,25 +41,50 @@ def _general(events: list[Any]) -> list[Violation]:
         _checker._QUIET.update(saved)
 
 
+def _check(events: list[Any], batched: bool) -> list[Violation]:
+    """`check` (one event at a time), or `Checker.events` over batches of a few sizes: the
+    batch loop carries the last quiet delta's target from event to event, and a new batch
+    starts without it."""
+    events = copy.deepcopy(events)
+    if not batched:
+        return check(events)
+    checker = _checker.Checker()
+    start = 0
+    for size in itertools.cycle([1, 5, 2, 40]):
+        if start >= len(events):
+            break
+        checker.events(events[start : start + size])
+        start += size
+    return checker.finish()
+
+
 def _both(events: list[Any]) -> tuple[list[Violation], list[Violation]]:
-    return check(copy.deepcopy(events)), _general(events)
+    """The fast paths' verdicts (one event at a time and batched, which must agree) and the
+    general path's."""
+    fast = _check(events, batched=False)
+    assert _check(events, batched=True) == fast
+    return fast, _general(events)
 
 
 @pytest.mark.parametrize("name", sorted(_STREAMS))
-def test_bundled_streams_get_the_same_verdicts(name: str, monkeypatch: pytest.MonkeyPatch) -> None:
+@pytest.mark.parametrize("batched", [False, True], ids=["event", "events"])
+def test_bundled_streams_get_the_same_verdicts(
+    name: str, batched: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
     events = _STREAMS[name]
-    taken: list[bool] = []
-    real = Items.quiet_delta
+    general = _general(events)
+    judged: list[int] = []  # the positions the general path saw
+    real = _checker.Checker._general
 
-    def counted(self: Items, *args: Any) -> bool:
-        taken.append(real(self, *args))
-        return taken[-1]
+    def counted(self: _checker.Checker, position: int, raw: object) -> None:
+        judged.append(position)
+        real(self, position, raw)
 
-    monkeypatch.setattr(Items, "quiet_delta", counted)
-    fast, general = _both(events)
-    assert fast == general
-    deltas = sum(1 for ev in events if _is_delta(ev) and not ev.get("logprobs"))
-    assert sum(taken) == deltas  # a conformant stream's deltas all take the fast path
+    monkeypatch.setattr(_checker.Checker, "_general", counted)
+    assert _check(events, batched) == general
+    deltas = {i for i, ev in enumerate(events) if _is_delta(ev) and not ev.get("logprobs")}
+    # a conformant stream's deltas all take the fast path, and nothing else does
+    assert set(judged) == set(range(len(events))) - deltas
 
 
 _VALUES = st.one_of(
@@ -187,3 +212,66 @@ def test_late_deltas_get_the_same_verdicts(name: str) -> None:
                 fast, general = _both(moved)
                 assert fast == general and fast, etype
     assert cases or not firsts
+
+
+# Values that equal a right one under `==` but are of another type (False == 0, 1.0 == 1), and
+# plainly wrong ones.
+_NEAR_MISSES: list[Any] = [None, False, True, 0.0, 1.0, 2.0, -1, 7, "", "0", "x", [], [{}], {}]
+
+
+class _Str(str):
+    """A string that is not exactly a `str`: the fast path takes only exact types."""
+
+
+def _lookalikes(right: Any) -> list[Any]:
+    """Values equal to `right` under `==` but of another type."""
+    if type(right) is int:
+        return [float(right), *([bool(right)] if right in (0, 1) else [])]
+    return [_Str(right)] if type(right) is str else []
+
+
+def _second_deltas(events: list[dict[str, Any]]) -> list[int]:
+    """Deltas right after a delta of the same text: where `Checker.events` compares an event
+    with the quiet delta before it instead of asking `Items.quiet_delta`."""
+    return [
+        i
+        for i in range(1, len(events))
+        if _is_delta(events[i])
+        and _is_delta(events[i - 1])
+        and all(
+            events[i].get(k) == events[i - 1].get(k)
+            for k in ("type", "output_index", "item_id", "content_index", "summary_index")
+        )
+    ]
+
+
+@pytest.mark.parametrize("name", sorted(_STREAMS))
+def test_a_delta_after_a_quiet_delta_is_judged_in_full(name: str) -> None:
+    """Every field the batch loop compares, set to each near miss on a delta that follows a
+    quiet delta into the same text: the same verdicts as the general path (a bool or float
+    index equals the int under `==`, so the loop must check types, as `quiet_delta` does)."""
+    events = _STREAMS[name]
+    seconds = _second_deltas(events)
+    if not seconds:
+        pytest.skip("no two deltas in a row")
+    cases = 0
+    for at in (seconds[0], seconds[-1]):
+        for key in _FIELDS:
+            for value in [
+                *_NEAR_MISSES,
+                events[at - 1].get(key),
+                *_lookalikes(events[at].get(key)),
+            ]:
+                if key not in events[at] and value is None:
+                    continue
+                mutated = copy.deepcopy(events)
+                mutated[at][key] = value
+                fast, general = _both(mutated)
+                assert fast == general, (at, key, value)
+                cases += 1
+            mutated = copy.deepcopy(events)
+            if key in mutated[at]:
+                del mutated[at][key]
+                fast, general = _both(mutated)
+                assert fast == general, (at, key, "deleted")
+    assert cases
