@@ -218,7 +218,7 @@ class _Reader:
                     )
                     number += 1
                     continue
-                event = _loads(message.data, f"SSE event #{number}", what="carries data that")
+                event = _loads(message.data, f"SSE event #{number}", what="carries data that is")
                 number += 1
                 self._event_field(message.event, event)
                 yield [event]
@@ -318,19 +318,24 @@ def _plain_sse(block: bytes) -> tuple[str, list[Any]] | None:
         return None
     lines = block.split(b"\n")
     del lines[-1]  # after the last LF
-    if len(lines) % 3 or lines[2::3].count(b"") != len(lines) // 3 or _maybe_deep(block):
+    if len(lines) % 3 or lines[2::3].count(b"") != len(lines) // 3:
         return None
     # Every frame's first line starts `event: ` and its second `data: `. With the blank lines
-    # where they are, that is counted in the block (a few C calls instead of one per frame): a
-    # frame after a blank line starts `\n\nevent: `, and only a data line can start `\ndata: `.
+    # where they are, that is counted in C rather than checked line by line: the first lines
+    # joined by LF start `event: ` and hold `\nevent: ` once per later frame (a line holds no
+    # LF, so each find starts a line), and in the block only a data line can start `\ndata: `.
     frames = len(lines) // 3
-    if not block.startswith(b"event: ") or block.count(b"\n\nevent: ") != frames - 1:
+    first = b"\n".join(lines[0::3])
+    if not first.startswith(b"event: ") or first.count(b"\nevent: ") != frames - 1:
         return None
     if block.count(b"\ndata: ") != frames:
         return None
+    data = lines[1::3]
+    # Only a data line is decoded, and nesting `_DEEP` deep takes as many bytes.
+    if max(map(len, data)) > _DEEP and _maybe_deep(block):
+        return None
     try:
-        names = b"\n".join(lines[0::3]).decode()
-        return names, [_orjson_loads(data[6:]) for data in lines[1::3]]
+        return first.decode(), [_orjson_loads(line[6:]) for line in data]
     except ValueError:  # not UTF-8, not JSON, `[DONE]`: the general path says what
         return None
 

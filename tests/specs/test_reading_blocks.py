@@ -224,3 +224,148 @@ def test_a_bom_after_fast_blocks_is_not_dropped() -> None:
         fast = _outcome(data)
         assert fast == _general(data)
         assert isinstance(fast, StreamReading) and fast.violations == ()
+
+
+# -- SSE frames at block boundaries (issue 16: the fast path must read them as the parser does)
+
+
+def _frame(event: dict[str, Any], name: str | None = None, end: str = "\n") -> bytes:
+    name = event["type"] if name is None else name
+    return f"event: {name}{end}data: {json.dumps(event)}{end}{end}".encode()
+
+
+def _stream(n: int = 6) -> list[dict[str, Any]]:
+    """Events of plain shapes (what the fast path takes), `n` of them."""
+    return [
+        {"type": "response.output_text.delta", "sequence_number": i, "delta": "ab" * (i % 3)}
+        for i in range(n)
+    ]
+
+
+def _same_at_every_block_size(data: bytes, frame: int) -> StreamReading | str:
+    """The outcome, the same as the general path's in blocks of every size up to a few frames
+    of `frame` bytes (a block end at every byte of a frame), and in one block."""
+    whole = _general(data)
+    for size in [*range(1, 4 * frame), 2**20]:
+        with _blocks_of(size):
+            assert _outcome(data) == whole, size
+    return whole
+
+
+@needs_orjson
+@pytest.mark.parametrize(
+    "case",
+    ["plain", "crlf", "crlf frame inside", "no blank line at the end", "cut inside data"],
+)
+def test_sse_reads_the_same_at_every_block_boundary(case: str) -> None:
+    """A block end anywhere in a frame (in `event:`, in `data:`, between the two LFs of the
+    blank line), CRLF frames among LF ones, and a last frame without its blank line (dropped,
+    and `truncated`, as SSE clients drop it): the same events and framing as the parser's."""
+    events = _stream()
+    frames = [_frame(ev) for ev in events]
+    if case == "crlf":
+        frames = [_frame(ev, end="\r\n") for ev in events]
+    elif case == "crlf frame inside":
+        frames[2] = _frame(events[2], end="\r\n")
+    elif case == "no blank line at the end":
+        frames[-1] = frames[-1][:-1]
+    elif case == "cut inside data":
+        frames[-1] = frames[-1][: len(frames[-1]) // 2]
+    whole = _same_at_every_block_size(b"".join(frames), len(frames[0]))
+    assert isinstance(whole, StreamReading) and whole.framing == "sse"
+    complete = len(events) - (case in ("no blank line at the end", "cut inside data"))
+    assert list(whole.events) == events[:complete]
+    assert whole.truncated == (complete < len(events))
+
+
+@needs_orjson
+@pytest.mark.parametrize(
+    ("bad", "expected"),
+    [
+        # R24: the `event:` name is not the data's type; named at the event's position.
+        (b'event: response.created\ndata: {"type":"response.output_text.delta"}\n\n', "R24"),
+        # No data line: no event (SSE clients dispatch nothing), the rest is read.
+        (b"event: response.output_text.delta\n\n", "skipped"),
+        # Bad JSON: an error naming the event's number in the stream.
+        (b'event: response.output_text.delta\ndata: {"type":\n\n', "SSE event #3"),
+        (b"event: response.output_text.delta\ndata: [DONE]\n\n", "R25"),
+        # No blank line before the next frame: one event, whose data is two lines of JSON.
+        (b'event: response.output_text.delta\ndata: {"type":"x"}\n', "SSE event #3"),
+        # Not blank where the blank line goes: the same, past a comment.
+        (b'event: response.output_text.delta\ndata: {"type":"x"}\n: c\n', "SSE event #3"),
+    ],
+    ids=[
+        "event-type mismatch",
+        "missing data line",
+        "bad JSON",
+        "DONE sentinel",
+        "no blank line",
+        "comment for blank line",
+    ],
+)
+def test_a_malformed_frame_among_plain_ones_is_reported_as_by_the_parser(
+    bad: bytes, expected: str
+) -> None:
+    """One malformed frame after three plain ones, at every block boundary: reported exactly
+    as the general path reports it (rule, position, message), the frames around it read."""
+    frames = [_frame(ev) for ev in _stream()]
+    whole = _same_at_every_block_size(b"".join([*frames[:3], bad, *frames[3:]]), len(bad))
+    if expected == "SSE event #3":
+        assert isinstance(whole, str) and "SSE event #3 carries data that is not JSON" in whole
+        return
+    assert isinstance(whole, StreamReading)
+    assert whole.event_count == len(frames) + (expected == "R24")
+    if expected == "skipped":
+        assert whole.violations == ()
+    else:
+        assert [(v.rule, v.position) for v in whole.violations] == [(expected, 3)]
+
+
+@needs_orjson
+@pytest.mark.parametrize(
+    "block",
+    [
+        # A first line that is not `event:` (a comment, an id), three lines all the same.
+        b": keep-alive\ndata: {}\n\n",
+        b"id: 1\ndata: {}\n\n",
+        # A second line that is not `data:`, whose text past six bytes is JSON.
+        b'event: a\nretry:{"type":"a"}\n\n',
+        b'event: a\nid: 1,{"type":"a"}\n\n',
+        # Nested past `_DEEP` levels: json may refuse what orjson reads.
+        b"event: a\ndata: " + b"[" * 600 + b"]" * 600 + b"\n\n",
+    ],
+    ids=["comment", "id", "retry", "id-json", "deep"],
+)
+def test_the_sse_fast_path_refuses_frames_that_are_not_plain(block: bytes) -> None:
+    """Guards of `_plain_sse`, each a frame the parser reads otherwise than `event: T`,
+    `data: JSON`, blank line: after a plain frame, the block goes to the general path."""
+    plain = _frame(_stream(1)[0])
+    assert _reading._plain_sse(plain) is not None
+    assert _reading._plain_sse(plain + block) is None
+    assert _reading._plain_sse(block + plain) is None
+    data = plain + block
+    assert _outcome(data) == _general(data)
+
+
+@needs_orjson
+def test_plain_frames_take_the_fast_path_in_blocks_of_any_size() -> None:
+    """Blocks cut inside a frame are cut again after their last whole frame, the rest carried
+    to the next block, so every event of plain input is decoded by the fast path (in blocks of
+    two frames or more: a block then holds a frame's end)."""
+    events = _stream(12)
+    frames = [_frame(ev) for ev in events]
+    data = b"".join(frames)
+    real = _reading._plain_sse
+    fast: list[Any] = []
+
+    def spy(block: bytes) -> tuple[str, list[Any]] | None:
+        plain = real(block)
+        fast.extend(plain[1] if plain is not None else [])
+        return plain
+
+    for size in range(2 * len(frames[0]), 4 * len(frames[0])):
+        fast.clear()
+        with _blocks_of(size), pytest.MonkeyPatch.context() as patch:
+            patch.setattr(_reading, "_plain_sse", spy)
+            assert list(read_stream(data).events) == events
+        assert fast == events, size
