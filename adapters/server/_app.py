@@ -25,7 +25,7 @@ from ._input_items import DEFAULT_LIMIT
 from ._limits import MAX_SAFE_INTEGER, ServerLimits, decode_body, read_body, shown
 from ._prepare import Prepared
 from ._readiness import Readiness, health
-from ._service import ResponseService, ServiceNotRunningError
+from ._service import LastFrames, ResponseService, ServiceNotRunningError
 from ._store import EventStore, MemoryEventStore
 from .requests import RequestError
 
@@ -51,6 +51,8 @@ class EventStreamResponse:
     the client disconnects (uvicorn then drops writes silently), so the engine would keep
     generating for nobody. Here a watcher waits for `http.disconnect` and cancels the stream,
     and the body is closed (shielded) at once, which closes the driver and aborts the engine.
+    Bytes the body marks `LastFrames` end the body in the same write (no separate one for the
+    chunked encoding's end).
     """
 
     def __init__(self, body: AsyncIterator[bytes]) -> None:
@@ -67,9 +69,16 @@ class EventStreamResponse:
 
             tg.start_soon(watch)
             try:
+                ended = False
                 async for chunk in self.body:
-                    await send({"type": "http.response.body", "body": chunk, "more_body": True})
-                await send({"type": "http.response.body", "body": b"", "more_body": False})
+                    ended = type(chunk) is LastFrames
+                    await send(
+                        {"type": "http.response.body", "body": chunk, "more_body": not ended}
+                    )
+                    if ended:
+                        break
+                if not ended:
+                    await send({"type": "http.response.body", "body": b"", "more_body": False})
             finally:
                 with anyio.CancelScope(shield=True):
                     await self.body.aclose()  # type: ignore[attr-defined]

@@ -57,7 +57,7 @@ from ._run import CLIENT_LEFT, Run
 from ._store import EventRecord, EventStore, InputStore, StoreError
 from .requests import RequestError
 
-__all__ = ["CLIENT_LEFT", "ResponseService", "Run", "ServiceNotRunningError"]
+__all__ = ["CLIENT_LEFT", "LastFrames", "ResponseService", "Run", "ServiceNotRunningError"]
 
 log = logging.getLogger("streamfold.server")
 
@@ -94,8 +94,27 @@ def _records(events: list[Event]) -> list[EventRecord]:
     ]
 
 
+class LastFrames(bytes):
+    """The last bytes of an event stream (they end with its terminal event): the HTTP layer
+    sends them together with the end of the body, one write instead of two."""
+
+
 def _frames(records: list[EventRecord]) -> bytes:
+    """SSE frames of records read back from a store (`sse_frame` checks each)."""
     return b"".join(sse_frame(r.type, r.data) for r in records)
+
+
+def _live_frames(records: list[EventRecord]) -> bytes:
+    """SSE frames of records just made by `dumps`, whose JSON is one line (it escapes line
+    breaks) and whose types are the API's: no checks needed, one encode for the batch (the
+    checked `sse_frame` per event cost 20x more). A terminal batch is `LastFrames`."""
+    frames = "".join([f"event: {r.type}\ndata: {r.data}\n\n" for r in records]).encode()
+    return LastFrames(frames) if records and records[-1].terminal else frames
+
+
+def _stored_frames(records: list[EventRecord]) -> bytes:
+    frames = _frames(records)
+    return LastFrames(frames) if records and records[-1].terminal else frames
 
 
 class ResponseService:
@@ -287,7 +306,7 @@ class ResponseService:
         run = self._new_run(prepared)
         async with contextlib.aclosing(self._drive(prepared, run)) as batches:
             async for records in batches:
-                yield _frames(records)
+                yield _live_frames(records)
 
     async def complete(self, prepared: Prepared) -> dict[str, Any]:
         """A foreground, non-streaming response: run it to the end, return the final Response."""
@@ -373,12 +392,12 @@ class ResponseService:
                     if not page:
                         return
                     position = page[-1].sequence_number + 1
-                    yield _frames(page)
+                    yield _stored_frames(page)
                     if page[-1].terminal:
                         return
                 elif position < run.end:
                     records, position = run.since(position), run.end
-                    yield _frames(records)
+                    yield _live_frames(records)
                 elif run.finished:
                     return
                 else:

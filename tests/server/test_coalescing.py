@@ -20,6 +20,7 @@ from streamfold.adapters.driver import MAX_BATCH_CHUNKS, Generation, fold
 from streamfold.adapters.grammars import grammar_for
 from streamfold.adapters.registry import Engine, ReplayEngine
 from streamfold.adapters.server import MemoryEventStore
+from streamfold.adapters.server._app import EventStreamResponse
 from streamfold.adapters.server._service import ResponseService
 from streamfold.engines import (
     GenerationRequest,
@@ -313,3 +314,55 @@ async def test_ready_chunks_of_a_replay_lose_their_logprobs_unless_asked(tmp_pat
         assert len(ready) == len(ids)  # the rest, and the finish chunk
         assert {c.logprobs for c in [first, *ready[:-1]]} == {expected}
         await stream.aclose()  # type: ignore[attr-defined]
+
+
+async def _sent(body: AsyncIterator[bytes]) -> list[dict[str, Any]]:
+    messages: list[dict[str, Any]] = []
+
+    async def receive() -> dict[str, Any]:
+        await anyio.sleep_forever()
+        raise AssertionError
+
+    async def send(message: dict[str, Any]) -> None:
+        messages.append(message)
+
+    await EventStreamResponse(body)({"type": "http"}, receive, send)
+    return messages
+
+
+async def test_the_terminal_batch_ends_the_body_in_the_same_write(tmp_path: Path) -> None:
+    directory = write_traces(tmp_path, {"greeting": GREETING})
+    service = ResponseService(ReplayEngine(directory).engine(), MemoryEventStore())
+    try:
+        prepared = await service.prepare({"model": "greeting", "input": "hi", "stream": True})
+        messages = await _sent(service.stream(prepared))
+    finally:
+        service.renderer.close()
+    bodies = messages[1:]
+    assert [m["more_body"] for m in bodies] == [True] * (len(bodies) - 1) + [False]
+    assert b"event: response.completed\n" in bodies[-1]["body"]  # not an empty end of its own
+
+
+async def test_a_body_without_a_marked_end_still_gets_its_end() -> None:
+    async def body() -> AsyncIterator[bytes]:
+        yield b"event: x\ndata: {}\n\n"
+
+    messages = await _sent(body())
+    assert [(m.get("body"), m.get("more_body")) for m in messages[1:]] == [
+        (b"event: x\ndata: {}\n\n", True),
+        (b"", False),
+    ]
+
+
+async def test_followers_of_a_stored_log_get_its_end_with_the_last_page(tmp_path: Path) -> None:
+    directory = write_traces(tmp_path, {"long": LONG_ANSWER})
+    service = ResponseService(ReplayEngine(directory).engine(), MemoryEventStore())
+    try:
+        prepared = await service.prepare({"model": "long", "input": "hi", "stream": True})
+        streamed = b"".join([m["body"] for m in (await _sent(service.stream(prepared)))[1:]])
+        messages = await _sent(service.follow(prepared.response.id))
+    finally:
+        service.renderer.close()
+    bodies = messages[1:]
+    assert b"".join(m["body"] for m in bodies) == streamed
+    assert bodies[-1]["more_body"] is False and bodies[-1]["body"]

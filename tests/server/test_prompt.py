@@ -2,9 +2,15 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from streamfold.adapters.server import RequestError, parse_create_request, render_prompt
+from streamfold.adapters.server import prompt as prompt_module
+from streamfold.adapters.server.prompt import _harmony_render
 from streamfold.engines.vocab import harmony_encoding
 
 TOOL = {"type": "function", "name": "lookup", "parameters": {"type": "object", "properties": {}}}
@@ -104,3 +110,77 @@ def test_errors_name_the_field(body: dict, param: str, words: str) -> None:
         parse_create_request(body)
     assert caught.value.param == param and words in caught.value.message
     assert caught.value.body()["error"]["param"] == param
+
+
+# --- the fast path: kept heads + user turns, against openai-harmony's whole render ----------
+
+_SPECIALS = ["<|start|>", "<|end|>", "<|message|>", "<|channel|>", "<|return|>", "<|call|>"]
+_texts = st.one_of(
+    st.text(max_size=40),
+    st.lists(
+        st.sampled_from([*_SPECIALS, "user", " ", "\n", "é", "x" * 30, "日本"]), max_size=6
+    ).map("".join),
+)
+_tools = st.lists(
+    st.builds(
+        lambda name, description, props: {
+            "type": "function",
+            "name": name,
+            **({"description": description} if description is not None else {}),
+            "parameters": {"type": "object", "properties": {p: {"type": "string"} for p in props}},
+        },
+        st.from_regex(r"[a-z_]{1,12}", fullmatch=True),
+        st.none() | _texts,
+        st.lists(st.from_regex(r"[a-z]{1,6}", fullmatch=True), max_size=3),
+    ),
+    max_size=2,
+    unique_by=lambda tool: tool["name"],
+)
+_messages = st.lists(
+    st.builds(
+        lambda role, text: {"role": role, "content": text},
+        st.sampled_from(["user", "user", "system", "developer", "assistant"]),
+        _texts,
+    ),
+    min_size=1,
+    max_size=4,
+)
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    input=_texts | _messages,
+    instructions=st.none() | _texts,
+    effort=st.none() | st.sampled_from(["minimal", "low", "medium", "high"]),
+    tools=_tools,
+    tool_choice=st.sampled_from(["auto", "none"]),
+)
+def test_the_fast_render_is_openai_harmonys_render(
+    input: object, instructions: str | None, effort: str | None, tools: list[Any], tool_choice: str
+) -> None:
+    body: dict[str, Any] = {"model": "m", "input": input, "tool_choice": tool_choice}
+    if instructions is not None:
+        body["instructions"] = instructions
+    if effort is not None:
+        body["reasoning"] = {"effort": effort}
+    if tools:
+        body["tools"] = tools
+    try:
+        request = parse_create_request(body)
+    except RequestError:
+        return  # e.g. an empty input list
+    assert render_prompt(request) == _harmony_render(request)
+    assert render_prompt(request) == _harmony_render(request)  # from the kept head, too
+
+
+def test_only_short_heads_are_kept_and_only_so_many(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(prompt_module, "_HEADS", 3)
+    prompt_module._heads.clear()
+    for i in range(5):
+        request = parse_create_request({"model": "m", "input": "x", "instructions": f"Be {i}."})
+        assert render_prompt(request) == _harmony_render(request)
+    assert len(prompt_module._heads) == 3
+    long = "y" * (prompt_module._HEAD_KEY_CHARS + 1)
+    request = parse_create_request({"model": "m", "input": "x", "instructions": long})
+    assert render_prompt(request) == _harmony_render(request)
+    assert all(long not in key[1] for key in prompt_module._heads)
