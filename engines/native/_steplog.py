@@ -5,9 +5,10 @@ one JSON line per step to PATH) or a benchmark builds a `StepLog` itself for the
 Each line says, for one step: when it started (`time.perf_counter()`, the system's monotonic
 clock, comparable across processes on one machine), how long the thread waited for work
 before it (`gap`), its wall and thread CPU time, the time it was runnable without a CPU
-(`runq`, from /proc/thread-self/schedstat: other load), and what it did (requests admitted,
-rows, prefill and decode tokens, chunks handed to the event loop). Wall minus CPU minus runq is
-time the thread was blocked: inside a step that is the GIL (or, rarely, the step lock).
+(`runq`, from /proc/thread-self/schedstat: other load), what it did (requests admitted, rows,
+prefill tokens, chunks handed to the event loop), and when the first command it took was
+queued. Wall minus CPU minus runq is time the thread was blocked: inside a step that is the
+GIL (or the step lock).
 Records are kept in memory and written when the thread goes idle, off the step's path.
 """
 
