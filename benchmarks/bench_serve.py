@@ -42,7 +42,7 @@ import attrs
 import httpx
 import torch
 from openai import AsyncOpenAI
-from serve_timeline import decompose, print_decomposition
+from serve_timeline import SUMMARY_HEADER, decompose, print_decomposition, summary_row
 
 from streamfold.adapters.server.prompt import render_prompt
 from streamfold.adapters.server.requests import parse_create_request
@@ -253,6 +253,7 @@ class Mode:
     first: Batch
     steady: list[Batch] = attrs.Factory(list)
     core: dict[int, list[Batch]] = attrs.Factory(dict)  # torch threads -> one batch per round
+    timeline: list[dict[str, float]] = attrs.Factory(list)  # --step-log: per round, by cause
 
 
 async def served_rounds(
@@ -336,11 +337,11 @@ def main() -> None:
                     server.close()
                 if log is not None:
                     served_steps = read_step_log(log) if log.exists() else []
-                    print_decomposition(
-                        f"c={concurrency} stream={stream}",
-                        [decompose(served_steps, *b.span, c.steps, concurrency)
-                         for b, c in zip(mode.steady, mode.core[args.threads], strict=True)],
-                    )  # fmt: skip
+                    mode.timeline = [
+                        decompose(served_steps, *b.span, c.steps, concurrency)
+                        for b, c in zip(mode.steady, mode.core[args.threads], strict=True)
+                    ]
+                    print_decomposition(f"c={concurrency} stream={stream}", mode.timeline)
                 row["stream" if stream else "json"] = mode
                 rates = [f"{b.rate:.0f}" for b in [mode.first, *mode.steady]]
                 print(f"served c={concurrency} stream={stream}: tok/s {rates}", flush=True)
@@ -426,6 +427,15 @@ def report(
             f"| {row['c']} | {other or '-'} | {span([b.rate for b in hf]) if hf else '-'} |"
             f" {f'{served / hf_rate:.2f}x' if hf_rate else '-'} |"
         )
+    if args.step_log:
+        print(
+            "\nSteady rounds, medians: served / core time, the engine's own span / core, and"
+            " served - core time by cause, as shares of the core's time (serve_timeline.py):\n"
+        )
+        print(SUMMARY_HEADER)
+        for row, key, mode in modes_of(rows):
+            mode_name = "streaming" if key == "stream" else "not streaming"
+            print(summary_row(row["c"], mode_name, mode.timeline))  # type: ignore[arg-type]
     print("\nTargets: first / steady time <= 1.3x; core / served steady <= 1.2x.")
 
 

@@ -10,19 +10,22 @@ and end of that batch. `decompose` splits served time minus core time into:
   sending, the server parsing and rendering; the engine idle);
 - after: from the engine's last step's end until the client has every response;
 - gaps: the engine thread idle between steps of the batch (waiting for work);
-- cpu: the engine thread's extra CPU over the core's, split into "shape" (more, smaller steps
-  while requests trickle in, and the tail they leave) and "slower" (full-batch decode steps
-  costing more CPU than the core's same steps: cache and memory interference);
+- cpu: the engine thread's CPU in its steps over the core's (more, smaller steps while requests
+  trickle in and the tail they leave; cache and memory interference: the median full-batch
+  decode step's CPU, served and core, is printed apart);
 - runq: runnable without a CPU (other load);
 - blocked: inside a step, neither running nor runnable: waiting for the GIL.
+"engine / core" is the engine's own span (first step's start to last step's end) over the
+core's time: the served engine without the client and the server around it.
 """
 
 from __future__ import annotations
 
 import statistics
+from collections.abc import Callable
 from typing import Any
 
-__all__ = ["decompose", "print_decomposition"]
+__all__ = ["SUMMARY_HEADER", "decompose", "print_decomposition", "summary_row"]
 
 Record = dict[str, Any]
 
@@ -52,32 +55,31 @@ def decompose(
         if admitted >= concurrency:
             break
     core_wall = _sum(core, "wall")
-    served_cpu, core_cpu = _sum(steps, "cpu"), _sum(core, "cpu")
     blocked = sum(r["wall"] - r["cpu"] - r["runq"] for r in steps)
     core_blocked = sum(r["wall"] - r["cpu"] - r["runq"] for r in core)
-    # Per-step interference: the same full-batch decode step, served against core.
     s_full, c_full = _full_decode_cpu(steps, concurrency), _full_decode_cpu(core, concurrency)
-    slower = 0.0
-    if s_full and c_full:
-        slower = served_cpu * (1 - c_full / s_full)
+    span = last["t"] + last["wall"] - first["t"]
     return {
-        "first_add": (first["first_queued"] or first["t"]) - start,
         "served": end - start,
         "core": core_wall,
+        "engine": span,
         "steps": len(steps),
         "core_steps": len(core),
         "admit_ms": 1e3 * (admit_end - first["t"]),
         "admit_steps": admit_steps,
+        "first_add": (first["first_queued"] or first["t"]) - start,
         "before": first["t"] - start,
         "after": end - (last["t"] + last["wall"]),
         "gaps": sum(r["gap"] for r in steps[1:]),
-        "cpu_shape": served_cpu - core_cpu - slower,
-        "cpu_slower": slower,
+        "cpu": _sum(steps, "cpu") - _sum(core, "cpu"),
         "runq": _sum(steps, "runq") - _sum(core, "runq"),
         "blocked": blocked - core_blocked,
         "full_decode_cpu_ms": 1e3 * (s_full or 0.0),
         "core_full_decode_cpu_ms": 1e3 * (c_full or 0.0),
     }
+
+
+CAUSES = ("before", "after", "gaps", "cpu", "runq", "blocked")
 
 
 def print_decomposition(label: str, rounds: list[dict[str, float]]) -> None:
@@ -87,14 +89,38 @@ def print_decomposition(label: str, rounds: list[dict[str, float]]) -> None:
             print(f"{label}: no steps recorded")
             continue
         core = d["core"]
-        causes = ("before", "after", "gaps", "cpu_shape", "cpu_slower", "runq", "blocked")
-        parts = ", ".join(f"{c} {d[c] / core:+.1%}" for c in causes)
-        rest = (d["served"] - core - sum(d[c] for c in causes)) / core
+        parts = ", ".join(f"{c} {d[c] / core:+.1%}" for c in CAUSES)
+        rest = (d["served"] - core - sum(d[c] for c in CAUSES)) / core
         print(
             f"{label}: served/core {d['served'] / core:.2f}x = 1 + {parts}, rest {rest:+.1%};"
-            f" steps {d['steps']:.0f} vs {d['core_steps']:.0f}; all admitted after"
-            f" {d['admit_steps']:.0f} steps ({d['admit_ms']:.0f} ms); full decode step CPU"
-            f" {d['full_decode_cpu_ms']:.1f} vs {d['core_full_decode_cpu_ms']:.1f} ms;"
-            f" first add after {1e3 * d['first_add']:.0f} ms",
+            f" engine/core {d['engine'] / core:.2f}x; steps {d['steps']:.0f} vs"
+            f" {d['core_steps']:.0f}; all admitted after {d['admit_steps']:.0f} steps"
+            f" ({d['admit_ms']:.0f} ms); first request reached the engine after"
+            f" {1e3 * d['first_add']:.0f} ms; full decode step CPU"
+            f" {d['full_decode_cpu_ms']:.1f} vs {d['core_full_decode_cpu_ms']:.1f} ms",
             flush=True,
         )
+
+
+def summary_row(concurrency: int, mode: str, rounds: list[dict[str, float]]) -> str:
+    """A markdown row: medians over rounds of served / core, engine / core and the causes."""
+    rounds = [d for d in rounds if d]
+    if not rounds:
+        return f"| {concurrency} | {mode} | - |"
+
+    def med(f: Callable[[dict[str, float]], float]) -> float:
+        return statistics.median(f(d) for d in rounds)
+
+    causes = " | ".join(f"{med(lambda d, c=c: d[c] / d['core']):+.1%}" for c in CAUSES)
+    return (
+        f"| {concurrency} | {mode} | {med(lambda d: d['served'] / d['core']):.2f}x |"
+        f" {med(lambda d: d['engine'] / d['core']):.2f}x | {causes} |"
+        f" {med(lambda d: d['steps']):.0f} / {med(lambda d: d['core_steps']):.0f} |"
+    )
+
+
+SUMMARY_HEADER = (
+    "| C | served | served / core | engine / core | before | after | gaps | step CPU | runq"
+    " | blocked (GIL) | steps served / core |\n"
+    "|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|"
+)
