@@ -5,7 +5,9 @@ concurrent `generate` call shares the batch. Each call gets an unbounded anyio m
 stream; after a step the thread posts each event loop its chunks in one thread-safe callback
 (asyncio's `call_soon_threadsafe` or trio's `run_sync_soon`) and goes on with the next step.
 Closing a `generate` iterator aborts the request and frees its blocks before `aclose` returns
-(waiting, off the event loop, for the step in progress to end).
+(waiting, off the event loop, for the step in progress to end). The stream offers the
+readiness hint (`ReadyChunks.take_ready`): the chunks already delivered to its queue that its
+consumer has not taken, so a consumer slower than the steps takes them in one batch.
 
 Threads: the engine thread runs torch with `threads` intra-op threads. A served engine shares
 the machine with its own event loop (HTTP, the reducer, SSE) and whatever else runs there, and
@@ -24,13 +26,13 @@ import os
 import threading
 import time
 from collections import defaultdict, deque
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable
 from typing import Any
 
 import anyio
 import anyio.to_thread
 import torch
-from anyio.streams.memory import MemoryObjectSendStream
+from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
 
 from .._source import GenerationRequest, SamplingParams, TokenChunk
 from ._openmp import release_idle_openmp_team
@@ -104,6 +106,50 @@ def _deliver(items: list[tuple[_Sink, TokenChunk]]) -> None:
             sink.send.close()
 
 
+class _Held:
+    """What one request's stream shares with its generator: the chunks delivered and not yet
+    taken (`receive`, while the stream is open), and whether the finish was among those taken."""
+
+    __slots__ = ("finished", "receive")
+
+    def __init__(self) -> None:
+        self.receive: MemoryObjectReceiveStream[TokenChunk] | None = None
+        self.finished = False
+
+
+class _RequestStream:
+    """A request's chunk stream: `_generate` (an async generator, so an abandoned stream is
+    still closed, and its request aborted, by the event loop's finalizer) plus the readiness
+    hint, which takes what the engine thread has already delivered to this request's queue and
+    never waits for a step."""
+
+    __slots__ = ("_chunks", "_held")
+
+    def __init__(self, chunks: AsyncGenerator[TokenChunk, None], held: _Held) -> None:
+        self._chunks, self._held = chunks, held
+
+    def __aiter__(self) -> _RequestStream:
+        return self
+
+    def __anext__(self) -> Awaitable[TokenChunk]:
+        return self._chunks.__anext__()
+
+    def take_ready(self, limit: int) -> list[TokenChunk]:
+        ready: list[TokenChunk] = []
+        held = self._held
+        while held.receive is not None and not held.finished and len(ready) < limit:
+            try:
+                chunk = held.receive.receive_nowait()
+            except (anyio.WouldBlock, anyio.EndOfStream, anyio.ClosedResourceError):
+                break
+            ready.append(chunk)
+            held.finished = chunk.finish_reason is not None
+        return ready
+
+    async def aclose(self) -> None:
+        await self._chunks.aclose()
+
+
 class NativeEngine:
     """A `TokenSource` over an `EngineCore`. Use as a context manager, or call `close()`."""
 
@@ -141,7 +187,15 @@ class NativeEngine:
         if self._thread is not None and self._thread is not threading.current_thread():
             self._thread.join()
 
-    async def generate(self, request: GenerationRequest) -> AsyncIterator[TokenChunk]:
+    def generate(self, request: GenerationRequest) -> AsyncIterator[TokenChunk]:
+        """The request's chunks as the engine's steps make them; the stream's `take_ready`
+        (`ReadyChunks`) hands over those already delivered that its consumer has not taken."""
+        held = _Held()
+        return _RequestStream(self._generate(request, held), held)
+
+    async def _generate(
+        self, request: GenerationRequest, held: _Held
+    ) -> AsyncGenerator[TokenChunk, None]:
         if self._closed:
             raise EngineClosedError("this NativeEngine is closed; build a new one")
         # This (event loop) thread's idle OpenMP team would make libgomp throttle the engine
@@ -150,16 +204,17 @@ class NativeEngine:
         send, receive = anyio.create_memory_object_stream[TokenChunk](math.inf)
         sink = _Sink(send, _poster())
         self._command("add", (request, sink))
-        finished = False
+        held.receive = receive
         try:
             async with receive:
                 async for chunk in receive:
-                    finished = chunk.finish_reason is not None
+                    held.finished = chunk.finish_reason is not None
                     yield chunk
-                    if finished:
+                    if held.finished:
                         return
         finally:
-            if not finished:
+            held.receive = None
+            if not held.finished:
                 # Wait (in a worker thread, shielded from cancellation) for any running step
                 # to end, so the blocks are free when aclose() returns.
                 with anyio.CancelScope(shield=True):

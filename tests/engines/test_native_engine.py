@@ -6,11 +6,18 @@ import itertools
 import random
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import anyio
 import pytest
 
-from streamfold.engines import GenerationRequest, SamplingParams, TokenChunk, TokenSource
+from streamfold.engines import (
+    GenerationRequest,
+    ReadyChunks,
+    SamplingParams,
+    TokenChunk,
+    TokenSource,
+)
 from streamfold.engines.native._steplog import STEP_LOG_ENV, read_step_log
 from streamfold.engines.native.core import EngineCore
 from streamfold.engines.native.engine import ENGINE_THREAD_NAME, NativeEngine
@@ -156,3 +163,107 @@ def test_the_step_log_is_off_by_default(
     monkeypatch.delenv(STEP_LOG_ENV, raising=False)
     with NativeEngine(EngineCore(model, block_size=4, num_blocks=256)) as native:
         assert native._log is None
+
+
+def test_take_ready_hands_over_what_the_steps_delivered_and_never_waits(
+    model: GptOssModel, engine: NativeEngine, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The readiness hint (`ReadyChunks`): chunks the engine thread delivered while nobody read
+    them come out of `take_ready` at once, at most `limit`, in order; an empty queue gives []
+    without waiting; a finish taken that way needs no abort when the stream closes."""
+    aborts: list[str] = []
+    abort = engine._abort_after_step
+    monkeypatch.setattr(engine, "_abort_after_step", lambda rid: (aborts.append(rid), abort(rid)))
+    request = _requests(1, max_tokens=12)[0]
+    sizes: list[int] = []
+
+    async def main() -> list[TokenChunk]:
+        stream = engine.generate(request)
+        assert isinstance(stream, ReadyChunks)
+        assert stream.take_ready(4) == []  # not started: nothing delivered
+        got = [await stream.__anext__()]
+        with anyio.fail_after(60):  # the engine steps on to the end while nothing is read
+            while engine.core.has_work():
+                await anyio.sleep(0.01)
+        await anyio.sleep(0.05)  # let the deliveries (callbacks on this loop) run
+        ready = stream.take_ready(3)
+        sizes.append(len(ready))
+        got += ready
+        while got[-1].finish_reason is None:
+            more = stream.take_ready(100)
+            sizes.append(len(more))
+            got += more or [await stream.__anext__()]
+        assert stream.take_ready(4) == []  # nothing after the finish
+        assert sizes[-1] > 1 and got[-1].finish_reason  # the finish came through the hint
+        await stream.aclose()  # type: ignore[attr-defined]
+        return got
+
+    got = anyio.run(main)
+    assert sizes[0] == 3  # several steps were waiting, and the limit held
+    offline = EngineCore(model, block_size=4, num_blocks=256).run_to_completion([request])
+    assert [c.token_ids for c in got] == [c.token_ids for c in offline[request.request_id]]
+    assert got[-1].finish_reason == "length"
+    assert aborts == []
+    assert engine.num_free_blocks == 256
+
+
+@pytest.mark.parametrize("backend", ["asyncio", "trio"])
+def test_the_served_engine_coalesces_into_the_same_events(
+    backend: str, engine: NativeEngine
+) -> None:
+    """Through the driver: a consumer slower than the engine takes several chunks per batch, and
+    gets the same events as one chunk per batch (the engine is seeded: both runs make one
+    answer)."""
+    from streamfold.adapters.driver import Generation
+    from streamfold.adapters.grammars import grammar_for
+    from streamfold.statemachine import Response, dumps
+
+    request = _requests(1, max_tokens=16)[0]
+    response = Response(id="resp_n", created_at=1, model="m", status="in_progress")
+
+    taken: list[int] = []
+
+    class Stream:  # an engine stream, counting what its hint handed over
+        def __init__(self, inner: Any) -> None:
+            self.inner = inner
+
+        def __aiter__(self) -> Any:
+            return self
+
+        async def __anext__(self) -> TokenChunk:
+            chunk: TokenChunk = await self.inner.__anext__()
+            # A consumer slower than the engine: two more steps run before it comes back (the
+            # random model's tokens may make no event, so the pace is set here, not by time).
+            target = engine.num_steps + 2
+            with anyio.fail_after(60):
+                while engine.num_steps < target and engine.core.has_work():
+                    await anyio.sleep(0.002)
+            await anyio.sleep(0.01)  # the deliveries (callbacks on this loop) run
+            return chunk
+
+        def take_ready(self, limit: int) -> list[TokenChunk]:
+            ready: list[TokenChunk] = self.inner.take_ready(limit)
+            taken.append(len(ready))
+            return ready
+
+        async def aclose(self) -> None:
+            await self.inner.aclose()
+
+    class Counted:
+        def generate(self, req: GenerationRequest) -> Any:
+            return Stream(engine.generate(req))
+
+    async def run(cap: int) -> list[str]:
+        generation = Generation(
+            Counted(), request, grammar_for({"grammar": "harmony"}), response, max_batch_chunks=cap
+        )
+        events = []
+        async for batch in generation.batches():
+            events += [dumps(e) for e in batch]
+        return events
+
+    coalesced = anyio.run(run, 16, backend=backend)
+    assert max(taken) > 1 and all(n <= 15 for n in taken), (taken, engine.num_steps)
+    taken.clear()
+    assert anyio.run(run, 1, backend=backend) == coalesced
+    assert taken == []  # a cap of one takes nothing ready
