@@ -169,24 +169,34 @@ async def warm_client() -> None:
         server.close()
 
 
+async def one_request(client: AsyncOpenAI, i: int, tokens: int, stream: bool) -> int:
+    """Request `i`; returns its output tokens."""
+    if not stream:
+        response = await client.responses.create(**body(i, tokens))  # type: ignore[call-overload]
+        return int(response.usage.output_tokens)
+    count = 0
+    events = await client.responses.create(**body(i, tokens), stream=True)  # type: ignore[call-overload]
+    async for event in events:
+        if event.type in ("response.completed", "response.incomplete"):
+            count = int(event.response.usage.output_tokens)
+    return count
+
+
 async def served_batch(
-    client: AsyncOpenAI, server: Server, concurrency: int, tokens: int, stream: bool
-) -> Batch:
-    async def one(i: int) -> int:
-        if not stream:
-            response = await client.responses.create(**body(i, tokens))  # type: ignore[call-overload]
-            return int(response.usage.output_tokens)
-        count = 0
-        events = await client.responses.create(**body(i, tokens), stream=True)  # type: ignore[call-overload]
-        async for event in events:
-            if event.type in ("response.completed", "response.incomplete"):
-                count = int(event.response.usage.output_tokens)
-        return count
+    client: AsyncOpenAI, server: Server, concurrency: int, tokens: int, stream: bool,
+    total: int | None = None,
+) -> Batch:  # fmt: skip
+    """`concurrency` requests at once; with `total`, `total` requests kept `concurrency` in
+    flight (each of `concurrency` workers sends its next as soon as its last one ends)."""
+    numbers = iter(range(concurrency if total is None else total))
+
+    async def worker() -> int:
+        return sum([await one_request(client, i, tokens, stream) for i in numbers])
 
     before = server.cpu()
     client0 = own_cpu()
     start = time.perf_counter()
-    counts = await asyncio.gather(*(one(i) for i in range(concurrency)))
+    counts = await asyncio.gather(*(worker() for _ in range(concurrency)))
     seconds = time.perf_counter() - start
     cpu = {key: value - before[key] for key, value in server.cpu().items()}
     cpu["client"] = own_cpu() - client0
@@ -199,9 +209,21 @@ def prompts(concurrency: int, tokens: int) -> list[tuple[int, ...]]:
 
 def core_batch(
     core: EngineCore, ids: list[tuple[int, ...]], tokens: int, threads: int,
-    log: StepLog | None = None,
+    log: StepLog | None = None, max_seqs: int | None = None,
 ) -> Batch:  # fmt: skip
+    """The core on `ids` at once, at most `max_seqs` of them running (default: the core's)."""
     torch.set_num_threads(threads)
+    seqs = core.scheduler.max_num_seqs
+    core.scheduler.max_num_seqs = max_seqs or seqs
+    try:
+        return _core_batch(core, ids, tokens, log)
+    finally:
+        core.scheduler.max_num_seqs = seqs
+
+
+def _core_batch(
+    core: EngineCore, ids: list[tuple[int, ...]], tokens: int, log: StepLog | None
+) -> Batch:
     requests = [
         GenerationRequest(request_id=f"core-{i}", prompt_token_ids=p, max_output_tokens=tokens,
                           sampling=SamplingParams(temperature=0.0))
@@ -253,6 +275,8 @@ class Mode:
     first: Batch
     steady: list[Batch] = attrs.Factory(list)
     core: dict[int, list[Batch]] = attrs.Factory(dict)  # torch threads -> one batch per round
+    # --sustained: served with C requests kept in flight, then the core on the same requests
+    sustained: list[tuple[Batch, Batch]] = attrs.Factory(list)
     timeline: list[dict[str, float]] = attrs.Factory(list)  # --step-log: per round, by cause
 
 
@@ -271,6 +295,13 @@ async def served_rounds(
                 log = StepLog("-") if server.step_log and threads == args.threads else None
                 batch = core_batch(core, ids, args.tokens, threads, log)
                 mode.core.setdefault(threads, []).append(batch)
+        total = args.sustained * concurrency
+        for _ in range(args.sustained_rounds if total else 0):
+            served = await served_batch(client, server, concurrency, args.tokens, stream, total)
+            core_run = core_batch(
+                core, prompts(total, args.tokens), args.tokens, args.threads, None, concurrency
+            )
+            mode.sustained.append((served, core_run))
     return mode
 
 
@@ -292,6 +323,12 @@ def main() -> None:
         "--modes", nargs="+", choices=("json", "stream"), default=["json", "stream"],
         help="not streaming (json), streaming, or both",
     )  # fmt: skip
+    parser.add_argument(
+        "--sustained", type=int, default=0, metavar="R",
+        help="also run R x C requests with C kept in flight (each client sends its next request"
+        " when its last ends), then the core on them at most C at a time",
+    )  # fmt: skip
+    parser.add_argument("--sustained-rounds", type=int, default=2)
     parser.add_argument("--store", choices=("sqlite", "memory"), default="sqlite")
     parser.add_argument("--skip-transformers", action="store_true")
     parser.add_argument(
@@ -427,6 +464,19 @@ def report(
             f"| {row['c']} | {other or '-'} | {span([b.rate for b in hf]) if hf else '-'} |"
             f" {f'{served / hf_rate:.2f}x' if hf_rate else '-'} |"
         )
+    if args.sustained:
+        print(f"\nSustained: {args.sustained} x C requests, C in flight; core at most C at a time"
+              " on the same requests, right after (per round):\n")  # fmt: skip
+        print(
+            "| C | served | served tok/s | core tok/s | core / served |\n|---:|---|---:|---:|---:|"
+        )
+        for row, key, mode in modes_of(rows):
+            ratios = [c.rate / s.rate for s, c in mode.sustained]
+            print(
+                f"| {row['c']} | {'streaming' if key == 'stream' else 'not streaming'} |"
+                f" {span([s.rate for s, _ in mode.sustained])} |"
+                f" {span([c.rate for _, c in mode.sustained])} | {span(ratios, 2)}x |"
+            )
     if args.step_log:
         print(
             "\nSteady rounds, medians: served / core time, the engine's own span / core, and"
