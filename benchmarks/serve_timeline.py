@@ -9,7 +9,8 @@ and end of that batch. `decompose` splits served time minus core time into:
 - before: from the client's start until the engine thread begins its first step (the client
   sending, the server parsing and rendering; the engine idle);
 - after: from the engine's last step's end until the client has every response;
-- gaps: the engine thread idle between steps of the batch (waiting for work);
+- gaps: time between the engine's steps of the batch (waiting for work, or its loop between
+  steps: taking the next commands needs the GIL too), over the core's between its steps;
 - cpu: the engine thread's CPU in its steps over the core's (more, smaller steps while requests
   trickle in and the tail they leave; cache and memory interference: the median full-batch
   decode step's CPU, served and core, is printed apart);
@@ -21,6 +22,7 @@ core's time: the served engine without the client and the server around it.
 
 from __future__ import annotations
 
+import itertools
 import statistics
 from collections.abc import Callable
 from typing import Any
@@ -37,6 +39,11 @@ def _sum(records: list[Record], key: str) -> float:
 def _full_decode_cpu(records: list[Record], rows: int) -> float | None:
     full = [r["cpu"] for r in records if r["rows"] == rows and r["prefill"] == 0]
     return statistics.median(full) if full else None
+
+
+def _between(records: list[Record]) -> float:
+    """Seconds between consecutive steps: idle, or the thread's own loop between steps."""
+    return sum(b["t"] - a["t"] - a["wall"] for a, b in itertools.pairwise(records))
 
 
 def decompose(
@@ -70,7 +77,7 @@ def decompose(
         "first_add": (first["first_queued"] or first["t"]) - start,
         "before": first["t"] - start,
         "after": end - (last["t"] + last["wall"]),
-        "gaps": sum(r["gap"] for r in steps[1:]),
+        "gaps": _between(steps) - _between(core),
         "cpu": _sum(steps, "cpu") - _sum(core, "cpu"),
         "runq": _sum(steps, "runq") - _sum(core, "runq"),
         "blocked": blocked - core_blocked,
