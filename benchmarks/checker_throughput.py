@@ -18,6 +18,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # for tests.specs.wire_streams
 
 from streamfold.specs import check, check_bytes
+from streamfold.specs._checker import Checker
 from streamfold.statemachine._sse import parse_sse, sse_frame
 from tests.specs.wire_streams import good_stream, index_of, renumber
 
@@ -48,16 +49,25 @@ def median_seconds(fn: Callable[[], object], runs: int = 5) -> float:
     return statistics.median(times)
 
 
+def batched(events: list[dict[str, Any]]) -> object:
+    """The path `check_file` takes: the events handed over as one batch."""
+    checker = Checker()
+    checker.events(events)
+    return checker.finish()
+
+
 def main() -> None:
     n = int(sys.argv[1]) if len(sys.argv) > 1 else 100_000
     events = long_stream(n)
-    assert check(events) == []
+    assert check(events) == [] and batched(events) == []
     body = b"".join(sse_frame(ev["type"], json.dumps(ev)) for ev in events)
     t_check = median_seconds(lambda: check(events))
+    t_batch = median_seconds(lambda: batched(events))
     t_parse = median_seconds(lambda: parse_sse(body))
     t_all = median_seconds(lambda: check_bytes(body))
     print(f"{len(events)} events, {len(body) / 1e6:.1f} MB of SSE (median of 5 runs)")
     print(f"check(events):      {t_check:.3f} s  {t_check / len(events) * 1e6:.1f} us/event")
+    print(f"Checker().events:   {t_batch:.3f} s  {t_batch / len(events) * 1e6:.1f} us/event")
     print(f"parse_sse(body):    {t_parse:.3f} s  {len(body) / t_parse / 1e6:.1f} MB/s")
     print(f"check_bytes(body):  {t_all:.3f} s  (SSE + json.loads + check)")
 
