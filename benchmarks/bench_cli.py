@@ -33,6 +33,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -214,10 +215,16 @@ def main() -> int:
     def ratio(a: str, b: str) -> str:
         per_round = [x / y for x, y in zip(cpus[a], cpus[b], strict=True)]
         best = min(cpus[a]) / min(cpus[b])
-        return f"{best:.2f}× (per round {min(per_round):.2f}–{max(per_round):.2f}×)"
+        return (
+            f"{best:.2f}× (per round {min(per_round):.2f}–{max(per_round):.2f}×, "
+            f"median {statistics.median(per_round):.2f}×)"
+        )
 
     harmony, vllm = "peer: openai-harmony parse-only", "peer: vLLM-style pipeline (SSE)"
-    print("\nratios of CPU time (best of rounds; the range is over same-round pairs):")
+    print(
+        "\nratios of CPU time (best of rounds; the range and median are over same-round pairs, "
+        "which share the machine's load of the moment):"
+    )
     for name in ("streamfold replay", "streamfold replay --format sse"):
         print(f"- {name} / harmony parse-only: {ratio(name, harmony)} (target ≤ 1)")
         print(f"- vLLM-style pipeline / {name}: {ratio(vllm, name)} faster (target ≥ 5×)")
