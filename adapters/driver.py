@@ -71,8 +71,11 @@ ABORT_GRACE_SECONDS = 5.0
 NO_FINISH = "the token source stopped without a finish reason"
 
 #: The most source chunks one event batch holds when the source has several ready (the cap on
-#: coalescing, see the module docstring).
-MAX_BATCH_CHUNKS = 16
+#: coalescing, see the module docstring). 64 one-token chunks are about 1 ms of the server's
+#: CPU (a bound on how long one stream keeps the loop) and 10 KB of SSE; at 200 streams of
+#: 100 tokens, 64 took 20% less CPU per event than 16 (one write per batch is most of a batch's
+#: cost), and 4 took 40% more.
+MAX_BATCH_CHUNKS = 64
 
 
 def _tokens(chunk: TokenChunk) -> Iterator[tuple[int, float | None, Any]]:

@@ -13,12 +13,16 @@ concurrency level N (rounds interleaved: every contender once per round):
   moves far less than the wall-clock numbers when other work shares the machine.
 
 The trace is a harmony answer of `--tokens` text tokens, one token per chunk (the worst case
-for per-chunk overhead). Contenders are named `SERVER[:HTTP[:LOOP]]`: SERVER `streamfold` (the
-app `streamfold serve` runs, with `--store`) or `peer` (`vllm_peer_server.py`: Starlette, the
-openai SDK's pydantic events, `model_dump_json` per event, one body write per event); HTTP
-`h11` or `httptools` (uvicorn's parsers; streamfold's with its header timeout, as `serve`
-runs them); LOOP `asyncio` or `uvloop`. A bare name runs the stack `streamfold serve` uses
-(httptools and uvloop when installed). vLLM itself runs uvicorn with httptools and uvloop.
+for per-chunk overhead). Replay without a delay has every chunk ready at once, as an engine has
+when its consumer lags under load, so streamfold steps up to `driver.MAX_BATCH_CHUNKS` of them
+into one batch (one log commit, one write; `ReadyChunks`); the peer, like vLLM's server, sends
+each event as its own body write whatever its engine had ready. Contenders are named
+`SERVER[:HTTP[:LOOP]]`: SERVER `streamfold` (the app `streamfold serve` runs, with `--store`)
+or `peer` (`vllm_peer_server.py`: Starlette, the openai SDK's pydantic events,
+`model_dump_json` per event, one body write per event); HTTP `h11` or `httptools` (uvicorn's
+parsers; streamfold's with its header timeout, as `serve` runs them); LOOP `asyncio` or
+`uvloop`. A bare name runs the stack `streamfold serve` uses (httptools and uvloop when
+installed). vLLM itself runs uvicorn with httptools and uvloop.
 Run from the repository root:
 
     python benchmarks/bench_server.py [--concurrency 10 200] [--streams 400] [--rounds 2]
