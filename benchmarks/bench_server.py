@@ -22,8 +22,7 @@ or `peer` (`vllm_peer_server.py`: Starlette, the openai SDK's pydantic events,
 `model_dump_json` per event, one body write per event); HTTP `h11` or `httptools` (uvicorn's
 parsers; streamfold's with its header timeout, as `serve` runs them); LOOP `asyncio` or
 `uvloop`. A bare name runs the stack `streamfold serve` uses (httptools and uvloop when
-installed). vLLM itself runs uvicorn with httptools and uvloop.
-Run from the repository root:
+installed). vLLM itself runs uvicorn with httptools and uvloop. Run from the repository root:
 
     python benchmarks/bench_server.py [--concurrency 10 200] [--streams 400] [--rounds 2]
         [--tokens 100] [--store sqlite|memory] [--contenders streamfold peer:httptools:uvloop]
