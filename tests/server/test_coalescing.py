@@ -367,3 +367,77 @@ async def test_followers_of_a_stored_log_get_its_end_with_the_last_page(tmp_path
     bodies = messages[1:]
     assert b"".join(m["body"] for m in bodies) == streamed
     assert bodies[-1]["more_body"] is False and bodies[-1]["body"]
+
+
+class _CountingEngine:
+    """A token source over a replay, counting the chunks its streams handed over (both ways),
+    forwarding the readiness hint, and noticing when a stream is closed."""
+
+    def __init__(self, inner: Any) -> None:
+        self.inner = inner
+        self.produced = 0
+        self.closed = 0
+
+    def generate(self, req: GenerationRequest) -> AsyncIterator[TokenChunk]:
+        return _CountingStream(self, self.inner.generate(req))
+
+
+class _CountingStream:
+    def __init__(self, engine: _CountingEngine, inner: Any) -> None:
+        self.engine, self.inner = engine, inner
+
+    def __aiter__(self) -> _CountingStream:
+        return self
+
+    async def __anext__(self) -> TokenChunk:
+        chunk: TokenChunk = await self.inner.__anext__()
+        self.engine.produced += 1
+        return chunk
+
+    def take_ready(self, limit: int) -> list[TokenChunk]:
+        ready: list[TokenChunk] = self.inner.take_ready(limit)
+        self.engine.produced += len(ready)
+        return ready
+
+    async def aclose(self) -> None:
+        self.engine.closed += 1
+        await self.inner.aclose()
+
+
+async def test_a_blocked_socket_stops_the_source_with_every_chunk_ready(tmp_path: Path) -> None:
+    """Backpressure with coalescing, at the server's edge: when the socket takes no more (the
+    ASGI `send` blocks, as uvicorn's does once its write buffer is full and the client reads
+    nothing), no more chunks are taken from a source that has its whole trace ready than the
+    batches already sent and one more; and a client that then leaves closes the source."""
+    words = 5_000
+    ids = [*encode("<|channel|>final<|message|>"), *encode(" a") * words, *encode("<|return|>")]
+    header = {"grammar": "harmony", "encoding": "o200k_harmony", "response_id": "resp_big"}
+    header |= {"model": "big", "created_at": 1}
+    chunks = [TokenChunk(token_ids=(t,)) for t in ids]
+    (tmp_path / "big.jsonl").write_text(dump_trace(header, chunks, "stop"), encoding="utf-8")
+    replay = ReplayEngine(tmp_path)
+    engine = _CountingEngine(replay)
+    service = ResponseService(Engine(source=engine, grammar=replay.grammar), MemoryEventStore())
+    bodies: list[bytes] = []
+
+    async def receive() -> dict[str, Any]:
+        await anyio.sleep_forever()
+        raise AssertionError
+
+    async def send(message: dict[str, Any]) -> None:
+        if message["type"] == "http.response.body":
+            if len(bodies) == 3:  # the socket is full from here on
+                await anyio.sleep_forever()
+            bodies.append(message["body"])
+
+    try:
+        prepared = await service.prepare({"model": "big", "input": "hi", "stream": True})
+        with anyio.move_on_after(0.5):  # the client gives up
+            await EventStreamResponse(service.stream(prepared))({"type": "http"}, receive, send)
+    finally:
+        service.renderer.close()
+    # Sent: the created batch and two coalesced ones; taken: those and the blocked one.
+    assert engine.produced <= 3 * MAX_BATCH_CHUNKS, engine.produced
+    assert engine.closed == 1
+    stored = await service.store.read(prepared.response.id, -1)
+    assert stored[-1].type == "response.failed"  # ended cancelled, after what was sent
