@@ -288,23 +288,35 @@ class SQLiteEventStore:
             self._reader.execute("PRAGMA wal_checkpoint(PASSIVE)")
 
     def _read(self, response_id: str, after: int, limit: int | None) -> list[EventRecord]:
-        # Each row holds at least one event: `limit` rows hold at least `limit` events.
+        # Each row holds at least one event: `limit` rows hold at least `limit` events. A row
+        # holds a whole batch (up to 64 coalesced chunks' events), so rows are read one at a
+        # time and reading stops once the page is full: fetching `limit` rows would hold 64x
+        # the page in memory for each follower's read.
+        records: list[EventRecord] = []
         with self._read_lock:
-            rows = self._reader.execute(
+            cursor = self._reader.execute(
                 "SELECT first_sequence_number, types, data FROM events WHERE response="
                 "(SELECT number FROM responses WHERE id=?) AND last_sequence_number>? "
                 "ORDER BY first_sequence_number LIMIT ?",
                 (response_id, after, -1 if limit is None else limit),
-            ).fetchall()
-        try:
-            records = [
-                EventRecord(sequence_number=first + i, type=t, data=d)
-                for first, types, data in rows
-                for i, (t, d) in enumerate(zip(types.split("\n"), data.split("\n"), strict=True))
-                if first + i > after
-            ]
-        except (ValueError, TypeError, AttributeError) as exc:
-            raise StoreError(f"the log of {response_id} in {self.path} is damaged: {exc}") from exc
+            )
+            try:
+                for first, types, data in cursor:
+                    records += [
+                        EventRecord(sequence_number=first + i, type=t, data=d)
+                        for i, (t, d) in enumerate(
+                            zip(types.split("\n"), data.split("\n"), strict=True)
+                        )
+                        if first + i > after
+                    ]
+                    if limit is not None and len(records) >= limit:
+                        break
+            except (ValueError, TypeError, AttributeError) as exc:
+                raise StoreError(
+                    f"the log of {response_id} in {self.path} is damaged: {exc}"
+                ) from exc
+            finally:
+                cursor.close()
         expected = after + 1 if after >= 0 else 0
         if records and records[0].sequence_number != expected:
             raise StoreError(f"the log of {response_id} in {self.path} is damaged: it has a gap")
