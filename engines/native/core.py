@@ -7,6 +7,7 @@ knows nothing of threads or event loops; `NativeEngine` drives it from a backgro
 from __future__ import annotations
 
 import itertools
+from collections.abc import Callable
 from pathlib import Path
 from typing import Literal
 
@@ -167,8 +168,16 @@ class EngineCore:
     def has_work(self) -> bool:
         return bool(self.scheduler)
 
-    def step(self) -> list[tuple[str, TokenChunk]]:
-        """Run one batched forward pass; returns one chunk per sequence that made a token."""
+    def step(self, handoff: Callable[[], object] | None = None) -> list[tuple[str, TokenChunk]]:
+        """Run one batched forward pass; returns one chunk per sequence that made a token.
+
+        `handoff` (if any) is called once, inside the step, right before the unembedding
+        matmul; where the forward runs no Python (a replayed CUDA graph), after it. A served
+        engine posts the previous step's tokens to its event loop there: on CPU that matmul
+        and the sampling after it are most of a step and hold no GIL, so the event loop's
+        Python runs beside them, where at the start of a step it stalled the layers' many small
+        torch calls, each waiting for the GIL (issue 18: 64 streams). Not called when no
+        sequence can run, nor when the step fails before its unembedding."""
         batch = self.scheduler.schedule()
         if not batch:
             if self.has_work():  # would spin forever; add_request's length cap prevents it
@@ -184,12 +193,18 @@ class EngineCore:
         if in_use > self.peak_blocks_in_use:  # for KV-memory-per-token reports
             self.peak_blocks_in_use = in_use
             self.tokens_at_peak = sum(len(s.token_ids) for s in batch)
-        if self.static_decode is not None and all(s.num_cached for s in batch):
-            logits = self.static_decode.run(
-                [DecodeRow(s.seq_id, s.token_ids[-1], s.num_cached) for s in batch]
-            )
-        else:
-            logits = self._mixed_step(batch)
+        self.model.before_unembedding = handoff
+        try:
+            if self.static_decode is not None and all(s.num_cached for s in batch):
+                logits = self.static_decode.run(
+                    [DecodeRow(s.seq_id, s.token_ids[-1], s.num_cached) for s in batch]
+                )
+            else:
+                logits = self._mixed_step(batch)
+        finally:
+            unused, self.model.before_unembedding = self.model.before_unembedding, None
+        if unused is not None:  # the forward ran no Python: a replayed graph
+            unused()
         samples = sample_batch(
             logits,
             [s.request.sampling for s in batch],

@@ -2,8 +2,9 @@
 
 One thread owns the `EngineCore` and runs steps while any request is in flight, so every
 concurrent `generate` call shares the batch. Each call gets an unbounded anyio memory object
-stream; after a step the thread posts each event loop its chunks in one thread-safe callback
-(asyncio's `call_soon_threadsafe` or trio's `run_sync_soon`) and goes on with the next step.
+stream; the thread posts each event loop a step's chunks in one thread-safe callback
+(asyncio's `call_soon_threadsafe` or trio's `run_sync_soon`), after the step or from inside
+the next one, where that step holds no GIL for longest (`post_tokens`).
 Closing a `generate` iterator aborts the request and frees its blocks before `aclose` returns
 (waiting, off the event loop, for the step in progress to end). The stream offers the
 readiness hint (`ReadyChunks.take_ready`): the chunks already delivered to its queue that its
@@ -21,13 +22,14 @@ from __future__ import annotations
 
 import asyncio
 import ctypes
+import functools
 import math
 import os
 import threading
 import time
 from collections import defaultdict, deque
 from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable
-from typing import Any
+from typing import Any, Literal
 
 import anyio
 import anyio.to_thread
@@ -39,7 +41,15 @@ from ._openmp import release_idle_openmp_team
 from ._steplog import StepLog
 from .core import EngineCore
 
-__all__ = ["ENGINE_THREAD_NAME", "EngineClosedError", "NativeEngine", "default_engine_threads"]
+__all__ = [
+    "ENGINE_THREAD_NAME",
+    "EngineClosedError",
+    "NativeEngine",
+    "PostTokens",
+    "default_engine_threads",
+]
+
+PostTokens = Literal["auto", "unembedding", "step_end"]
 
 #: The engine thread's name, in Python and (Linux) in the OS: what `top -H`, `ps -L` and
 #: /proc/PID/task/*/comm show, so an operator or a benchmark can tell the engine's CPU from the
@@ -153,10 +163,29 @@ class _RequestStream:
 class NativeEngine:
     """A `TokenSource` over an `EngineCore`. Use as a context manager, or call `close()`."""
 
-    def __init__(self, core: EngineCore, *, threads: int | None = None) -> None:
-        """`threads`: torch intra-op threads of the engine thread (None: the creator's)."""
+    def __init__(
+        self, core: EngineCore, *, threads: int | None = None, post_tokens: PostTokens = "auto"
+    ) -> None:
+        """`threads`: torch intra-op threads of the engine thread (None: the creator's).
+
+        `post_tokens`: when the engine thread hands a step's tokens to the event loops.
+        "step_end": right after the step. "unembedding": from inside the next step, right
+        before its unembedding matmul (`EngineCore.step`'s `handoff`), or at once when no next
+        step follows. The event loop's Python (reducer, SSE, store) then runs beside that
+        matmul and the sampling after it, which hold no GIL, instead of against the start of
+        the next step, whose many small torch calls (a small model's layers on CPU) each wait
+        for the GIL while the loop holds it; each token is posted later by that much. "auto"
+        (default): "unembedding" when the last step spent more than half its time from its
+        unembedding on (a small model with a large vocabulary: bench_serve's tiny gpt-oss at
+        64 streams, where it took the engine's GIL waits from ~3% of its time to ~0.3%), else
+        "step_end" (a large model on CPU, where most of a step is its layers, and a token would
+        wait most of a step for nothing). Not measured on a GPU."""
         if threads is not None and threads < 1:
             raise ValueError(f"threads must be at least 1, got {threads}")
+        if post_tokens not in ("auto", "unembedding", "step_end"):
+            raise ValueError(f"post_tokens must be auto, unembedding or step_end: {post_tokens!r}")
+        self.post_tokens = post_tokens
+        self._unembedding_share = 0.0  # of the last step's time, from its unembedding on
         self.core = core
         self._step_lock = threading.Lock()  # held by the engine thread for a whole step
         self._wake = threading.Condition()
@@ -287,7 +316,14 @@ class NativeEngine:
         _name_os_thread(ENGINE_THREAD_NAME)
         torch.set_num_threads(self.threads)
         log = self._log
+        # The last step's chunks, not yet posted (see `post_tokens`).
+        pending: list[tuple[_Sink, TokenChunk]] = []
         while True:
+            with self._wake:
+                idle = not (self._commands or self.core.has_work())
+            if idle and pending:  # no next step to carry them: post them now
+                self._send(pending)
+                pending = []
             with self._wake:
                 if log is not None and not (self._commands or self.core.has_work()):
                     log.idle()
@@ -299,22 +335,52 @@ class NativeEngine:
                 self._commands.clear()
                 if log is not None:
                     log.begin()
+            handed = len(pending)
+            if pending and not self._post_at_unembedding():
+                self._send(pending)
+                pending = []
             out: list[tuple[_Sink, TokenChunk]] = []
+            gone: set[int] = set()  # sinks whose event loop is gone
+            mark: list[float] = []  # when the step reached its unembedding
+            handoff = functools.partial(self._at_unembedding, pending, gone, mark)
+            start = time.perf_counter()
             with self._step_lock:
                 for kind, payload in commands:
                     if kind == "add":
                         out.extend(self._add(*payload))
                     else:
                         out.extend(self._abort_now(payload))
-                out.extend(self._step())
-            self._send(out)
+                out.extend(self._step(handoff))
+            if mark:
+                end = time.perf_counter()
+                self._unembedding_share = (end - mark[0]) / max(end - start, 1e-9)
+            elif pending:  # no forward ran (or it failed before the unembedding)
+                gone.update(self._post(pending))
+            if gone:
+                self._drop(gone)
             if log is not None:
                 adds = sum(kind == "add" for kind, _ in commands)
                 log.end(admitted=adds, rows=self.core.last_rows,
-                        prefill=self.core.last_prefill_tokens, chunks=len(out))  # fmt: skip
+                        prefill=self.core.last_prefill_tokens, chunks=len(out),
+                        handed=handed if pending else 0)  # fmt: skip
+            pending = out
+        self._send(pending)
         if log is not None:
             log.flush()
         self._shutdown()
+
+    def _post_at_unembedding(self) -> bool:
+        if self.post_tokens == "auto":
+            return self._unembedding_share > 0.5
+        return self.post_tokens == "unembedding"
+
+    def _at_unembedding(
+        self, chunks: list[tuple[_Sink, TokenChunk]], gone: set[int], mark: list[float]
+    ) -> None:
+        """`EngineCore.step`'s handoff: note the time; post `chunks` (the last step's)."""
+        mark.append(time.perf_counter())
+        if chunks:
+            gone.update(self._post(chunks))
 
     def _add(self, request: GenerationRequest, sink: _Sink) -> list[tuple[_Sink, TokenChunk]]:
         try:
@@ -326,9 +392,9 @@ class NativeEngine:
         self._sinks[request.request_id] = sink
         return []
 
-    def _step(self) -> list[tuple[_Sink, TokenChunk]]:
+    def _step(self, handoff: Callable[[], object] | None) -> list[tuple[_Sink, TokenChunk]]:
         try:
-            results = self.core.step()
+            results = self.core.step(handoff)
         except Exception as exc:  # a bug or device failure: fail every request, keep serving
             error = f"engine step failed: {type(exc).__name__}: {exc}"
             failed = []
@@ -349,19 +415,31 @@ class NativeEngine:
             out.append((sink, chunk))
         return out
 
-    def _send(self, out: list[tuple[_Sink, TokenChunk]]) -> None:
+    def _post(self, out: list[tuple[_Sink, TokenChunk]]) -> set[int]:
+        """Post each event loop its chunks, in one callback; returns the ids of the sinks whose
+        loop is gone (closed), for `_drop`. Takes no lock: it runs inside a step too."""
         by_loop: dict[object, list[tuple[_Sink, TokenChunk]]] = defaultdict(list)
         for sink, chunk in out:
             by_loop[getattr(sink.post, "__self__", sink.post)].append((sink, chunk))
+        gone: set[int] = set()
         for items in by_loop.values():
             try:
                 items[0][0].post(_deliver, items)
             except RuntimeError:  # loop closed (asyncio) or trio.RunFinishedError
-                gone = {id(sink) for sink, _ in items}
-                with self._step_lock:
-                    for request_id, sink in list(self._sinks.items()):
-                        if id(sink) in gone:
-                            self._abort_now(request_id)
+                gone.update(id(sink) for sink, _ in items)
+        return gone
+
+    def _drop(self, gone: set[int]) -> None:
+        """Abort the requests whose sinks are in `gone`: nobody can hear them any more."""
+        with self._step_lock:
+            for request_id, sink in list(self._sinks.items()):
+                if id(sink) in gone:
+                    self._abort_now(request_id)
+
+    def _send(self, out: list[tuple[_Sink, TokenChunk]]) -> None:
+        gone = self._post(out)
+        if gone:
+            self._drop(gone)
 
     def _shutdown(self) -> None:
         with self._wake:  # adds that never reached the core get their answer too

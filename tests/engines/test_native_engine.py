@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import itertools
 import random
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -18,9 +18,10 @@ from streamfold.engines import (
     TokenChunk,
     TokenSource,
 )
+from streamfold.engines.native import engine as engine_module
 from streamfold.engines.native._steplog import STEP_LOG_ENV, read_step_log
 from streamfold.engines.native.core import EngineCore
-from streamfold.engines.native.engine import ENGINE_THREAD_NAME, NativeEngine
+from streamfold.engines.native.engine import ENGINE_THREAD_NAME, NativeEngine, PostTokens
 from streamfold.engines.native.gptoss.model import GptOssModel
 
 
@@ -267,3 +268,43 @@ def test_the_served_engine_coalesces_into_the_same_events(
     taken.clear()
     assert anyio.run(run, 1, backend=backend) == coalesced
     assert taken == []  # a cap of one takes nothing ready
+
+
+@pytest.mark.parametrize(
+    ("post_tokens", "inside"),
+    [("unembedding", [True] * 5 + [False]), ("step_end", [False] * 6)],
+)
+def test_a_step_posts_the_previous_steps_tokens_from_inside_the_step(
+    model: GptOssModel, monkeypatch: pytest.MonkeyPatch, post_tokens: PostTokens, inside: list[bool]
+) -> None:
+    # Issue 18 (64 streams): tokens posted between steps set the event loop's Python against
+    # the next step's layers, which wait for the GIL at each of their small torch calls. With
+    # "unembedding" the engine posts them from the next step (at its unembedding, see
+    # EngineCore.step), holding the step lock then; the last chunk, with no next step, is
+    # posted when the engine idles. "step_end" posts each step's tokens after the step.
+    native = NativeEngine(EngineCore(model, block_size=4, num_blocks=256), post_tokens=post_tokens)
+    seen: list[bool] = []
+    real = engine_module._poster
+
+    def recording_poster() -> Callable[..., object]:
+        post = real()
+
+        def recorded(*args: object) -> object:
+            seen.append(native._step_lock.locked())
+            return post(*args)
+
+        return recorded
+
+    monkeypatch.setattr(engine_module, "_poster", recording_poster)
+    with native:
+        chunks = anyio.run(_collect, native, _requests(1, max_tokens=6)[0])
+    assert len(chunks) == 6 and chunks[-1].finish_reason == "length"
+    assert seen == inside
+
+
+def test_auto_posting_measures_where_the_unembedding_starts(engine: NativeEngine) -> None:
+    assert engine.post_tokens == "auto"
+    anyio.run(_collect, engine, _requests(1, max_tokens=3)[0])
+    assert 0.0 < engine._unembedding_share < 1.0
+    with pytest.raises(ValueError, match="post_tokens"):
+        NativeEngine(engine.core, post_tokens="later")  # type: ignore[arg-type]

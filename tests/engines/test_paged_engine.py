@@ -210,3 +210,28 @@ def test_the_cuda_path_generates_what_the_cpu_path_does(hf_dir: Path, model: Gpt
         return {request_id: _tokens(chunks) for request_id, chunks in done.items()}
 
     assert greedy(cuda) == greedy(model)
+
+
+@pytest.mark.parametrize("decode", ["auto", None])
+def test_step_calls_handoff_once_between_the_layers_and_the_unembedding(
+    model: GptOssModel, decode: str | None
+) -> None:
+    # A served engine posts the previous step's tokens from `handoff`: after the layers (whose
+    # many small torch calls each need the GIL) and before the unembedding matmul (on CPU most
+    # of a step, without the GIL), so the event loop's Python runs beside that matmul.
+    engine = EngineCore(model, block_size=4, num_blocks=64, decode=decode)  # type: ignore[arg-type]
+    engine.add_request(greedy_request(0, random_prompts([9])[0], 4))
+    engine.add_request(greedy_request(1, random_prompts([5], seed=1)[0], 4))
+    seen: list[tuple[bool, bool]] = []
+
+    def handoff() -> None:
+        logits = engine._logits_buffer(2)
+        seen.append((bool(torch.isnan(logits).all()), not torch.equal(engine.cache.k, k_before)))
+
+    for _ in range(4):  # a prefill step, then decode steps (static ones with "auto")
+        engine._logits_buffer(2).fill_(float("nan"))
+        k_before = engine.cache.k.clone()
+        engine.step(handoff)
+    # each time: logits not yet written, this step's K/V already written
+    assert seen == [(True, True)] * 4
+    assert not engine.has_work() and model.before_unembedding is None

@@ -142,6 +142,9 @@ class GptOssModel:
         # On CUDA with triton, the routed experts run as grouped GEMMs (kernels/moe.py):
         # routing stays on the device and MXFP4 experts are never dequantized to a copy.
         self.triton_moe = kernels.enabled(self.device)
+        # Called (then cleared) by the next `forward` right before its unembedding matmul: on
+        # CPU the longest stretch of a step that runs without the GIL (see `EngineCore.step`).
+        self.before_unembedding: Callable[[], object] | None = None
 
     @classmethod
     def from_pretrained(
@@ -184,6 +187,9 @@ class GptOssModel:
         if logits_at is not None:
             x = x[logits_at.to(self.device)]
         x = _rms_norm(x, self.weights.norm, self._eps)
+        hook, self.before_unembedding = self.before_unembedding, None
+        if hook is not None:
+            hook()
         return torch.mm(x, self.lm_head_t, out=out).float()
 
     __call__ = forward
