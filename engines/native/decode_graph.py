@@ -96,15 +96,12 @@ class _StaticAttention:
         k_pool.view(kv_heads, -1, d).index_copy_(1, slots, k.transpose(0, 1))
         v_pool.view(kv_heads, -1, d).index_copy_(1, slots, v.transpose(0, 1))
         views, window = self.views, self.cache.windows[group]
-        if group in self.masks:
-            mask = self.masks[group]
-        elif not self.need_mask:
-            mask = self.masks[group] = None
-        else:
-            mask = self.masks[group] = decode_mask(
+        if group not in self.masks:
+            self.masks[group] = decode_mask(
                 views.tables[group], self.cache.block_size, views.first_pos[group],
                 views.positions, window, q.dtype,
-            )  # fmt: skip
+            ) if self.need_mask else None  # fmt: skip
+        mask = self.masks[group]
         return decode_attention(
             q, k_pool, v_pool, views.tables[group], views.first_pos[group], views.positions,
             self.sinks[layer], window, mask=mask,

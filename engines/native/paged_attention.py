@@ -94,7 +94,8 @@ class _GroupLayout:
     decode_blocks: torch.Tensor  # [Bd, nb + 1] blocks to gather; padding and last = sink block
     decode_first_pos: torch.Tensor  # [Bd] position of decode_blocks[:, 0]'s first slot
     decode_q_pos: torch.Tensor  # [Bd] the decoded token's position
-    decode_mask: torch.Tensor  # [Bd, (nb + 1) * block_size], see decode_mask
+    # [Bd, (nb + 1) * block_size] (see decode_mask); None where the Triton kernel decodes
+    decode_mask: torch.Tensor | None
 
 
 class PagedAttention:
@@ -112,6 +113,8 @@ class PagedAttention:
         self.sinks = list(sinks)
         self.windows = list(windows)
         self.device = cache.k.device
+        # The Triton decode kernel masks as it reads: no mask to build for it.
+        self.need_mask = not kernels.enabled(self.device)
 
     def prepare(self, step: Sequence[StepSequence]) -> torch.Tensor:
         """Build slot mappings, gather tables and masks for `step`; returns flat positions."""
@@ -168,14 +171,18 @@ class PagedAttention:
         gathered = gathered.to(self.device)
         first_pos = torch.tensor(firsts, dtype=torch.long, device=self.device)
         q_pos = torch.tensor([s.num_cached for s in decodes], dtype=torch.long, device=self.device)
-        window = self.cache.windows[g]
+        mask = (
+            decode_mask(gathered, bs, first_pos, q_pos, self.cache.windows[g], self.cache.k.dtype)
+            if self.need_mask
+            else None
+        )
         return _GroupLayout(
             write_rows=torch.tensor(rows, dtype=torch.long, device=self.device),
             write_slots=torch.tensor(slots, dtype=torch.long, device=self.device),
             decode_blocks=gathered,
             decode_first_pos=first_pos,
             decode_q_pos=q_pos,
-            decode_mask=decode_mask(gathered, bs, first_pos, q_pos, window, self.cache.k.dtype),
+            decode_mask=mask,
         )
 
     def __call__(
