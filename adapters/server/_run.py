@@ -13,7 +13,7 @@ from collections.abc import Sequence
 import anyio
 import attrs
 
-from ._store import EventRecord
+from ._store import EventRecord, last_lifecycle
 
 __all__ = ["CLIENT_LEFT", "WINDOW", "Run"]
 
@@ -56,9 +56,9 @@ class Run:
                 drop = len(self.records) - WINDOW // 2
                 del self.records[:drop]
                 self.base += drop
-        for record in records:
-            if record.lifecycle:
-                self.event = record.data
+        lifecycle = last_lifecycle(records)
+        if lifecycle is not None:
+            self.event = lifecycle.data
         self._wake()
 
     def since(self, position: int) -> list[EventRecord]:

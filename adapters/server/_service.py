@@ -89,9 +89,7 @@ class _StoreFailed(Exception):
 
 
 def _records(events: list[Event]) -> list[EventRecord]:
-    return [
-        EventRecord(sequence_number=e.sequence_number, type=e.type, data=dumps(e)) for e in events
-    ]
+    return [EventRecord(e.sequence_number, e.type, dumps(e)) for e in events]
 
 
 class LastFrames(bytes):

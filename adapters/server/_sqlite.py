@@ -28,7 +28,15 @@ import anyio
 
 from ._logwriter import Batch
 from ._sqlite_schema import open_layout
-from ._store import EventRecord, StoredResponse, StoreError, advance
+from ._store import (
+    LIFECYCLE_EVENT_TYPES,
+    RECORD_DATA,
+    RECORD_TYPE,
+    EventRecord,
+    StoredResponse,
+    StoreError,
+    advance,
+)
 
 __all__ = ["SQLiteEventStore", "StoreLockedError"]
 
@@ -264,8 +272,8 @@ class SQLiteEventStore:
                     number,
                     records[0].sequence_number,
                     records[-1].sequence_number,
-                    "\n".join(r.type for r in records),
-                    "\n".join(r.data for r in records),
+                    "\n".join(map(RECORD_TYPE, records)),
+                    "\n".join(map(RECORD_DATA, records)),
                 )
                 for (_, records, _), (number, _) in planned
             ],
@@ -279,7 +287,7 @@ class SQLiteEventStore:
             [
                 (number, new.id, new.background, new.finished, new.last_sequence_number, new.event)
                 for (_, records, _), (number, new) in planned
-                if any(r.lifecycle for r in records)
+                if not LIFECYCLE_EVENT_TYPES.isdisjoint(map(RECORD_TYPE, records))
             ],
         )
 
@@ -303,7 +311,7 @@ class SQLiteEventStore:
             try:
                 for first, types, data in cursor:
                     records += [
-                        EventRecord(sequence_number=first + i, type=t, data=d)
+                        EventRecord(first + i, t, d)
                         for i, (t, d) in enumerate(
                             zip(types.split("\n"), data.split("\n"), strict=True)
                         )
@@ -357,7 +365,7 @@ class SQLiteEventStore:
 
     async def _wrote(self, records: Sequence[EventRecord]) -> None:
         # A batch is a few KB; a page is 4 KB: count pages roughly, by bytes written.
-        self._wal_pages += 1 + sum(len(r.data) for r in records) // 4096
+        self._wal_pages += 1 + sum(map(len, map(RECORD_DATA, records))) // 4096
         if self._wal_pages >= CHECKPOINT_PAGES and not self._checkpointing:
             self._wal_pages, self._checkpointing = 0, True
             try:

@@ -11,7 +11,8 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
-from typing import Any, Protocol, runtime_checkable
+from operator import itemgetter
+from typing import Any, NamedTuple, Protocol, runtime_checkable
 
 import attrs
 
@@ -19,6 +20,9 @@ from streamfold.statemachine import TERMINAL_EVENT_TYPES, StreamfoldError
 
 __all__ = [
     "LIFECYCLE_EVENT_TYPES",
+    "RECORD_DATA",
+    "RECORD_SEQUENCE",
+    "RECORD_TYPE",
     "EventRecord",
     "EventStore",
     "InputStore",
@@ -26,6 +30,7 @@ __all__ = [
     "StoreError",
     "StoredResponse",
     "advance",
+    "last_lifecycle",
 ]
 
 LIFECYCLE_EVENT_TYPES = frozenset(
@@ -37,9 +42,13 @@ class StoreError(StreamfoldError):
     """The event log was used out of order (e.g. appending to a response never created)."""
 
 
-@attrs.frozen(kw_only=True)
-class EventRecord:
-    """One event of a log: its sequence number, wire type, and wire JSON text."""
+class EventRecord(NamedTuple):
+    """One event of a log: its sequence number, wire type, and wire JSON text.
+
+    A named tuple rather than a frozen attrs class: the server makes one per event it sends,
+    and a tuple is made in a third of the time (`EventRecord(seq, type, data)`; keywords work
+    too), and the stores read a batch's columns at C speed (`map(RECORD_TYPE, records)`).
+    """
 
     sequence_number: int
     type: str
@@ -107,25 +116,35 @@ class InputStore(Protocol):
         """The JSON text saved for `response_id`, or None."""
 
 
+#: A record's fields, for `map` over a batch (C speed: the server logs every event it sends).
+RECORD_SEQUENCE = itemgetter(0)
+RECORD_TYPE = itemgetter(1)
+RECORD_DATA = itemgetter(2)
+
+
+def last_lifecycle(records: Sequence[EventRecord]) -> EventRecord | None:
+    """The batch's last lifecycle event (most batches, all deltas, have none)."""
+    if LIFECYCLE_EVENT_TYPES.isdisjoint(map(RECORD_TYPE, records)):
+        return None
+    return next(r for r in reversed(records) if r.type in LIFECYCLE_EVENT_TYPES)
+
+
 def advance(
     response_id: str, old: StoredResponse | None, records: Sequence[EventRecord], background: bool
 ) -> StoredResponse:
-    """The snapshot after `records`; pure, shared by both stores. (One pass over the records:
-    the server calls it for every batch it logs.)"""
+    """The snapshot after `records`; pure, shared by both stores. (The server calls it for
+    every batch it logs: the batch is read column by column, not record by record.)"""
     last = -1 if old is None else old.last_sequence_number
-    expected = last + 1
-    lifecycle: EventRecord | None = None
-    finished = False
-    for record in records:
-        if record.sequence_number != expected:
-            raise StoreError(
-                f"events appended to {response_id} must continue its log at sequence number "
-                f"{last + 1} without gaps; got {[r.sequence_number for r in records]}"
-            )
-        expected += 1
-        if record.type in LIFECYCLE_EVENT_TYPES:
-            lifecycle = record
-            finished = finished or record.type in TERMINAL_EVENT_TYPES
+    if list(map(RECORD_SEQUENCE, records)) != list(range(last + 1, last + 1 + len(records))):
+        raise StoreError(
+            f"events appended to {response_id} must continue its log at sequence number "
+            f"{last + 1} without gaps; got {[r.sequence_number for r in records]}"
+        )
+    expected = last + 1 + len(records)
+    lifecycle = last_lifecycle(records)
+    finished = lifecycle is not None and not TERMINAL_EVENT_TYPES.isdisjoint(
+        map(RECORD_TYPE, records)
+    )
     if old is not None and old.finished:
         raise StoreError(f"response {response_id} already ended with its terminal event")
     if old is None and lifecycle is None:
