@@ -165,7 +165,9 @@ class Generation:
 
     `batches()` yields the events of `start`, then one list per source chunk (the events of all
     its tokens), or per run of up to `max_batch_chunks` chunks that the source had ready at
-    once (see the module docstring), then those of `finish`. A consumer that records batches
+    once (see the module docstring), then those of `finish`. Chunks the source holds before
+    the first batch share it with the events of `start` (and a whole response already held,
+    up to the cap, is one batch). A consumer that records batches
     whole never stores half a step. When the consumer stops early, `close(reason, message)`
     still gives the terminal events (e.g. to write a `cancelled` response to a log); it
     returns `[]` once the response is finished.
@@ -214,41 +216,55 @@ class Generation:
     async def batches(self) -> AsyncGenerator[list[Event], None]:
         """The events, one list per source chunk or run of ready chunks (see the class
         docstring)."""
-        yield self._start()
+        pending = self._start()
         reason: FinishReason = "error"
         message: str | None = NO_FINISH
-        pending: list[Event] = []
         chunks: AsyncIterator[TokenChunk] | None = None
-        more = self.max_batch_chunks - 1
         try:
             chunks = self.source.generate(self.request)
             take: Callable[[int], list[TokenChunk]] | None = getattr(chunks, "take_ready", None)
-            finished = False
-            async for first in chunks:
-                ready = [first]
-                if take is not None and more and first.finish_reason is None:
-                    ready += take(more)
-                for chunk in ready:
-                    assert self.state is not None  # set by _start above
-                    self.state, produced, error = step_chunk(self.state, chunk)
-                    pending.extend(produced)
-                    if error is not None:
-                        raise error
-                    if chunk.finish_reason is not None:
-                        reason, message = chunk.finish_reason, chunk.error
-                        finished = True
+            # A source that already holds chunks (replay; an engine whose consumer lags) gives
+            # them with the opening events, in one batch (one log group, one write); one that
+            # holds none (an engine still in prefill) lets the opening events go out at once.
+            end = None if take is None else self._step_all(take(self.max_batch_chunks), pending)
+            if end is None:
+                batch, pending = pending, []
+                yield batch
+                more = self.max_batch_chunks - 1
+                async for first in chunks:
+                    ready = [first]
+                    if take is not None and more and first.finish_reason is None:
+                        ready += take(more)
+                    end = self._step_all(ready, pending)
+                    if end is not None:
                         break
-                if finished:
-                    break
-                if pending:
-                    batch, pending = pending, []
-                    yield batch
+                    if pending:
+                        batch, pending = pending, []
+                        yield batch
+            if end is not None:
+                reason, message = end
         except Exception as exc:  # the engine failed: report it in-band, keep what was sent
             reason, message = "error", f"generation failed: {type(exc).__name__}: {exc}"
         finally:
             if chunks is not None:
                 await close_source(chunks)
         yield pending + self.close(reason, message)
+
+    def _step_all(
+        self, ready: list[TokenChunk], pending: list[Event]
+    ) -> tuple[FinishReason, str | None] | None:
+        """Step `ready` chunks, adding their events to `pending`; the finish reason and message
+        once a chunk finishes (chunks after it are not stepped), else None. A token `step`
+        refuses raises, after its chunk's earlier events were added."""
+        for chunk in ready:
+            assert self.state is not None  # set by _start
+            self.state, produced, error = step_chunk(self.state, chunk)
+            pending.extend(produced)
+            if error is not None:
+                raise error
+            if chunk.finish_reason is not None:
+                return chunk.finish_reason, chunk.error
+        return None
 
 
 async def stream_events(

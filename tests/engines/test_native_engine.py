@@ -267,7 +267,9 @@ def test_the_served_engine_coalesces_into_the_same_events(
     assert max(taken) > 1 and all(n <= 15 for n in taken), (taken, engine.num_steps)
     taken.clear()
     assert anyio.run(run, 1, backend=backend) == coalesced
-    assert taken == []  # a cap of one takes nothing ready
+    # A cap of one takes nothing ready beside a received chunk: only the opening take, before
+    # the first chunk, may hand one over.
+    assert len(taken) <= 1 and all(n <= 1 for n in taken), taken
 
 
 @pytest.mark.parametrize(
