@@ -218,6 +218,23 @@ async def test_a_batch_is_what_is_ready_now_the_driver_never_waits_to_fill_it() 
     assert_conformant([*started, *first, *second, *[e for b in rest for e in b]])
 
 
+async def test_chunks_held_before_the_first_batch_share_it_with_the_opening_events() -> None:
+    """One log group and one write less per response: what the source holds when the response
+    starts goes out with `response.created` (a source that holds nothing yet, above, lets the
+    opening events go out alone at once); a whole response held at once is one batch."""
+    source = QueueSource()
+    for t in encode("<|channel|>final<|message|> one two three"):
+        source.send.send_nowait(TokenChunk(token_ids=(t,)))
+    generation = Generation(source, request(), grammar(), RESPONSE)
+    async with contextlib.aclosing(generation.batches()) as batches:
+        first = await batches.__anext__()
+    assert [e.type for e in first[:2]] == ["response.created", "response.in_progress"]
+    assert deltas(first) == 3
+    whole = await batches_of(ReplaySource(make_trace(GREETING)))
+    assert len(whole) == 1 and whole[0][-1].type == "response.completed", whole
+    assert_conformant(whole[0])
+
+
 async def test_a_slow_consumer_holds_at_most_one_capped_batch() -> None:
     """Backpressure with coalescing: the source is read a batch at a time, so while a slow
     consumer holds a batch, the source is at most one cap (plus the header chunks, which make
