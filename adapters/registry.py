@@ -98,7 +98,7 @@ class ReplayEngine:
         return sorted([*self.directory.models(), *conversations])
 
     @functools.cache  # noqa: B019 - one engine per server; traces are few and small
-    def _source(self, model: str) -> tuple[tuple[ReplaySource, ...], Grammar]:
+    def _source(self, model: str) -> tuple[tuple[ReplaySource, ...], Grammar, tuple[bool, ...]]:
         from streamfold.adapters.grammars import grammar_for
 
         served = self.models()
@@ -124,13 +124,19 @@ class ReplayEngine:
             grammar = grammar_for(traces[0].header, self.directory.directory)
         except TraceFormatError as exc:
             raise UnknownModelError(f"the trace of model {model!r} cannot be replayed") from exc
-        return tuple(ReplaySource(t, delay=self.delay) for t in traces), grammar
+        # Whether each trace carries logprobs: most do not, and their chunks then need no
+        # wrapper to drop them (a check per chunk the server streams).
+        with_logprobs = tuple(
+            any(c.logprobs is not None or c.top_logprobs is not None for c in t.chunks)
+            for t in traces
+        )
+        return tuple(ReplaySource(t, delay=self.delay) for t in traces), grammar, with_logprobs
 
     def grammar(self, model: str) -> Grammar:
         return self._source(model)[1]
 
     def generate(self, request: GenerationRequest) -> AsyncIterator[TokenChunk]:
-        sources, grammar = self._source(request.model)
+        sources, grammar, with_logprobs = self._source(request.model)
         turn = 0
         if len(sources) > 1:
             turn = conversation_turn(request.prompt_token_ids, grammar.vocabulary)
@@ -141,7 +147,7 @@ class ReplayEngine:
                 )
         chunks = sources[turn].generate(request)
         sampling = request.sampling
-        if sampling.logprobs or sampling.top_logprobs:
+        if sampling.logprobs or sampling.top_logprobs or not with_logprobs[turn]:
             return chunks
         # A recorded trace may carry logprobs; like a live engine, send them only when asked.
         return _without_logprobs(chunks)
@@ -271,9 +277,7 @@ def native_engine(args: argparse.Namespace) -> Engine:
         raise EngineSetupError(missing)
     cap = getattr(args, "default_max_output_tokens", None)
     if cap is not None and cap < 0:
-        raise EngineSetupError(
-            f"--default-max-output-tokens must be 0 (no cap) or more, got {cap}"
-        )
+        raise EngineSetupError(f"--default-max-output-tokens must be 0 (no cap) or more, got {cap}")
     engine = build_native_engine(model, **native_engine_options(args))
     return Engine(
         source=engine,
