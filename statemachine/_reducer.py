@@ -25,11 +25,10 @@ random number: the same tokens give byte-identical events, however the engine ch
 
 from __future__ import annotations
 
-import attrs
-
 from . import _events as ev
 from . import _model as m
 from ._errors import ReducerUsageError
+from ._fast import replacer
 from ._grammar import (
     FINISH_REASONS,
     FinishReason,
@@ -43,6 +42,10 @@ from ._items import Out
 from ._servertools import NO_SERVER_TOOLS, ServerTools
 
 __all__ = ["closed_error", "finish", "start", "step"]
+
+# The response is copied three times per response (start, and twice at its end); every field
+# changed here is the reducer's own (status, output, usage, ...), so none needs validating.
+_replace_response = replacer(m.Response)
 
 
 def start(
@@ -66,7 +69,7 @@ def start(
         raise ReducerUsageError(
             "start() takes a Response with empty output; items come from tokens"
         )
-    response = attrs.evolve(
+    response = _replace_response(
         response, status="in_progress", usage=None, error=None, incomplete_details=None
     )
     out = Out(0)
@@ -167,16 +170,16 @@ def finish(
     state = close_open(state, out, complete=complete)
     if state.call is not None:  # a call the flush closed is not run any more either
         state = settle_call(state, out, "incomplete")
-    base = attrs.evolve(state.response, output=state.output, usage=_usage(state))
+    base = _replace_response(state.response, output=state.output, usage=_usage(state))
     if reason == "stop":
         out.emit(
             ev.ResponseCompletedEvent,
-            response=attrs.evolve(base, status="completed", completed_at=completed_at),
+            response=_replace_response(base, status="completed", completed_at=completed_at),
         )
     elif reason in ("length", "tool_limit"):
         out.emit(
             ev.ResponseIncompleteEvent,
-            response=attrs.evolve(
+            response=_replace_response(
                 base,
                 status="incomplete",
                 incomplete_details=m.IncompleteDetails(
@@ -187,7 +190,7 @@ def finish(
     elif reason == "error":
         out.emit(
             ev.ResponseFailedEvent,
-            response=attrs.evolve(
+            response=_replace_response(
                 base,
                 status="failed",
                 error=m.ResponseError(code="server_error", message=error or "generation failed"),
@@ -196,7 +199,7 @@ def finish(
     else:
         out.emit(
             ev.ResponseFailedEvent,
-            response=attrs.evolve(
+            response=_replace_response(
                 base,
                 status="cancelled",
                 error=m.ResponseError(
