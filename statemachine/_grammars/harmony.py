@@ -24,7 +24,7 @@ from typing import Any, Literal
 
 import attrs
 
-from .._fast import updater
+from .._fast import replacer, updater
 from .._grammar import ResponseState, close_open, open_next, replace_state
 from .._items import ItemKind, Out, append_bytes, append_text, grow
 from .._text import Rope, rope_items
@@ -52,6 +52,8 @@ _EXPECT_START = HarmonyParse(phase="expect_start")
 CONTENT_PHASE = HarmonyParse(phase="content")
 # A positional copy for the hot path (see `_fast.updater`).
 _state_after_text = updater(ResponseState, "open", "seq", "output_tokens", "reasoning_tokens")
+# Each header token copies the parse (no field has a validator).
+_replace_parse = replacer(HarmonyParse)
 
 
 @attrs.frozen(kw_only=True, eq=False)
@@ -181,7 +183,7 @@ class HarmonyGrammar:
         if token == self.start_id:
             return replace_state(state, parse=HarmonyParse(phase="header", role_pending=True))
         size = parse.header_bytes + len(self.vocabulary.token_bytes[token])
-        parse = attrs.evolve(parse, header=(parse.header, token), header_bytes=size)
+        parse = _replace_parse(parse, header=(parse.header, token), header_bytes=size)
         if size > HEADER_LIMIT_BYTES:
             return self._header_was_text(replace_state(state, parse=parse), out)
         return replace_state(state, parse=parse)
