@@ -14,7 +14,13 @@ import pytest
 
 from streamfold.adapters.driver import Generation, stream_events, stream_sse
 from streamfold.adapters.grammars import grammar_for, replay_events
-from streamfold.engines import GenerationRequest, ReplaySource, TokenChunk
+from streamfold.engines import (
+    GenerationRequest,
+    ReplaySource,
+    TokenChunk,
+    dump_trace,
+    parse_trace,
+)
 from streamfold.statemachine import Response, dumps
 
 from .helpers import GREETING, LONG_ANSWER, CountingSource, assert_conformant, encode, make_trace
@@ -231,6 +237,32 @@ async def test_stream_sse_frames_each_event() -> None:
         parsed.append(data)
     assert parsed[-1]["type"] == "response.completed"
     assert_conformant(parsed)
+
+
+@pytest.mark.parametrize("ready", [False, True], ids=["one-by-one", "all-ready"])
+async def test_bad_token_in_a_chunk_of_its_own_fails_in_band_keeping_the_text_before_it(
+    ready: bool,
+) -> None:
+    """The driver steps a one-token chunk inline (no `step_chunk`): a token `step` refuses
+    there must still end the response failed, after every event of the tokens before it and
+    nothing after it, whether the chunks come one by one or all ready at once."""
+    ids = [*encode("<|channel|>final<|message|>Hello there"), 10**9, *encode(" more")]
+    header = {"grammar": "harmony", "encoding": "o200k_harmony", "response_id": "resp_bad"}
+    header |= {"model": "m", "created_at": 1}
+    chunks = [TokenChunk(token_ids=(t,)) for t in ids]
+    trace = parse_trace(dump_trace(header, chunks, "stop").splitlines())  # type: ignore[arg-type]
+
+    class OneByOne:
+        async def generate(self, req: GenerationRequest) -> AsyncIterator[TokenChunk]:
+            for chunk in chunks:
+                yield chunk
+
+    events = await collect(ReplaySource(trace) if ready else OneByOne())
+    assert events[-1].type == "response.failed"
+    assert "ReducerUsageError" in events[-1].response.error.message
+    text = "".join(e.delta for e in events if e.type == "response.output_text.delta")
+    assert text == "Hello there"
+    assert_conformant(events)
 
 
 async def test_bad_token_mid_chunk_fails_in_band_without_losing_the_tokens_before_it() -> None:
