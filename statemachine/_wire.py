@@ -21,6 +21,7 @@ from cattrs.gen import make_dict_structure_fn, make_dict_unstructure_fn, overrid
 from . import _model as m
 from ._errors import WireFormatError
 from ._events import Event
+from ._writers import Writers
 
 __all__ = [
     "dumps",
@@ -100,14 +101,18 @@ def _empty(value: Any, _: type) -> tuple[()]:
 _exactly(tuple[()], _empty)
 
 
+def _omitted(cls: type) -> frozenset[str]:
+    """The fields of `cls` left out of the JSON when None: optional ones, except on `Response`
+    and where a field is marked `_model.NULLABLE` (one the API always sends, null or not)."""
+    if cls is m.Response:
+        return frozenset()
+    return frozenset(
+        a.name for a in attrs.fields(cls) if a.default is None and not a.metadata.get(m.WIRE_NULL)
+    )
+
+
 def _unstructure_fn(cls: type) -> Any:
-    keep_nulls = cls is m.Response
-    # A field marked `_model.NULLABLE` is one the API always sends, null or not.
-    omit = {
-        a.name: override(omit_if_default=True)
-        for a in attrs.fields(cls)
-        if a.default is None and not keep_nulls and not a.metadata.get(m.WIRE_NULL)
-    }
+    omit = {name: override(omit_if_default=True) for name in _omitted(cls)}
     # cattrs takes per-field overrides as keywords, which its stubs cannot express.
     return make_dict_unstructure_fn(
         cls,
@@ -192,17 +197,16 @@ def from_wire(data: Mapping[str, Any]) -> Event:
     return structure(data, Event, "event")  # type: ignore[no-any-return]
 
 
-_escape = json.encoder.encode_basestring  # what json.dumps uses when ensure_ascii=False
-
-
-#: How a plain event's field is written: the `type` literal, an int, an escaped string, or an
-#: empty list (a delta's `logprobs`; one that has logprobs takes the generic path).
+#: How a plain event's field is written by the compiled frame writer (`_speedups_sse.c`): the
+#: `type` literal, an int, an escaped string, or an empty list (a delta's `logprobs`; one that
+#: has logprobs is handed to `sse_event` here).
 PlainField = tuple[str, Literal["type", "int", "str", "empty"]]
 
 
 def plain_plan(cls: type) -> tuple[str, tuple[PlainField, ...]] | None:
     """The wire type and field layout of an event made only of str and int fields (deltas,
-    progress events), in the generic path's field order; None for any other event."""
+    progress events), in the generic path's field order, as the compiled writers take it
+    (`_accel.py`); None for any other event."""
     event_type = None
     plan: list[PlainField] = []
     for field in attrs.fields(cls):
@@ -220,59 +224,29 @@ def plain_plan(cls: type) -> tuple[str, tuple[PlainField, ...]] | None:
     return (event_type, tuple(plan)) if event_type is not None else None
 
 
-def _fast_writers(cls: type) -> tuple[Any, Any] | None:
-    """Direct writers for plain events (see `plain_plan`): the JSON text, and the whole SSE
-    frame as bytes.
+PLAIN_EVENTS = [cls for cls in Event.__args__ if plain_plan(cls) is not None]
 
-    These are most of a stream's events; writing them without the generic unstructure step
-    is about 5x faster, and writing the frame in the same `%` saves another call per event.
-    A test holds every one equal to the generic path, byte for byte (and `_speedups.c`'s
-    compiled frame writer, which follows the same plan).
-    """
-    plain = plain_plan(cls)
-    if plain is None:
-        return None
-    event_type, plan = plain
-    template, args = [], []
-    for name, kind in plan:
-        if kind == "type":
-            template.append(f'"type":{json.dumps(event_type)}')
-        elif kind == "int":
-            template.append(f'"{name}":%d')
-            args.append(f"e.{name}")
-        elif kind == "str":
-            template.append(f'"{name}":%s')
-            args.append(f"_escape(e.{name})")
-        else:
-            template.append(f'"{name}":[]')
-    text = "{" + ",".join(template) + "}"
-    frame = f"event: {event_type}\ndata: {text}\n\n"
-    values = ", ".join(args)
-    source = (
-        f"def encode(e):\n    return {text!r} % ({values},)\n"
-        f"def frame(e):\n    return ({frame!r} % ({values},)).encode()\n"
-    )
-    namespace: dict[str, Any] = {"_escape": _escape}
-    exec(source, namespace)  # the templates only read the event's own fields
-    return namespace["encode"], namespace["frame"]
+# Every attrs value gets writers generated on first use (`_writers.py`): its JSON text, and
+# for an event its SSE frame, the same bytes as the generic path below, 3-7x faster.
+_WRITERS = Writers(_omitted, _converter.get_unstructure_hook)
+_TEXT = _WRITERS.text
+_FRAMES = _WRITERS.frames
 
 
-_FAST: dict[type, Any] = {}
-_FAST_SSE: dict[type, Any] = {}
-PLAIN_EVENTS: list[type] = []
-for _cls in Event.__args__:
-    _writers = _fast_writers(_cls)
-    if _writers is not None:
-        _FAST[_cls], _FAST_SSE[_cls] = _writers
-        PLAIN_EVENTS.append(_cls)
+def generic_dumps(value: Any) -> str:
+    """The reference text of `dumps`: unstructure, then `json.dumps`. The generated writers
+    are held equal to it (tests/statemachine/test_wire_writers.py)."""
+    return json.dumps(to_wire(value), separators=(",", ":"), ensure_ascii=False)
 
 
 def dumps(value: Any) -> str:
     """Compact JSON text of an event or value, as it goes on the wire."""
-    encode = _FAST.get(type(value))
-    # An output_text delta carrying logprobs takes the generic path.
-    if encode is not None and not getattr(value, "logprobs", None):
-        return encode(value)  # type: ignore[no-any-return]
+    write = _TEXT[type(value)]
+    if write is not None:
+        try:
+            return write(value)
+        except Exception:  # `Defer`, or any surprise: the generic path decides
+            pass
     return json.dumps(to_wire(value), separators=(",", ":"), ensure_ascii=False)
 
 
@@ -286,10 +260,13 @@ def sse_event(event: Event) -> bytes:
 
     `dumps` never writes a raw line break (JSON escapes them), so the frame needs no checks.
     """
-    frame = _FAST_SSE.get(type(event))
-    if frame is not None and not getattr(event, "logprobs", None):
-        return frame(event)  # type: ignore[no-any-return]
-    return f"event: {event.type}\ndata: {dumps(event)}\n\n".encode()
+    frame = _FRAMES[type(event)]
+    if frame is not None:
+        try:
+            return frame(event)
+        except Exception:  # as in `dumps`: the generic path writes or raises
+            pass
+    return f"event: {event.type}\ndata: {generic_dumps(event)}\n\n".encode()
 
 
 def loads(text: str | bytes) -> Event:
