@@ -97,26 +97,15 @@ def _literal_of_str(tp: Any) -> bool:
     )
 
 
-class _Lazy(dict[type, Any]):
-    """class -> its generated function (None where it has none), made on first lookup: a
-    plain dict lookup after that, the cheapest dispatch `dumps` can do per event."""
-
-    def __init__(self, make: Callable[[type], Any]) -> None:
-        super().__init__()
-        self._make = make
-
-    def __missing__(self, cls: type) -> Any:
-        made = self[cls] = self._make(cls)
-        return made
-
-
 class Writers:
     """Writers generated on first use, one per attrs class, following the converter's layout:
     `omitted(cls)` names the fields left out when None, `hook(tp)` is the converter's
     unstructure hook for a declared type (used where no writer of its own exists).
 
-    `text[cls]` writes a value's JSON; `frames[cls]` an event's whole SSE frame as bytes (its
-    `type` field's value is the `event:` line), one `%` and one encode per event.
+    `text_of(cls)` writes a value's JSON; `frame_of(cls)` an event's whole SSE frame as bytes
+    (its `type` field's value is the `event:` line), one `%` and one encode per event. Both
+    are None for a class without one. Once made, they are in the plain dicts `text` and
+    `frames`: `text.get(cls) or text_of(cls)` is the cheapest dispatch per event.
     """
 
     def __init__(
@@ -125,17 +114,23 @@ class Writers:
         self._omitted = omitted
         self._hook = hook
         self._building: set[type] = set()
-        self.text: dict[type, Writer | None] = _Lazy(self._text)
-        self.frames: dict[type, Callable[[Any], bytes] | None] = _Lazy(self._frame)
+        self.text: dict[type, Writer | None] = {}
+        self.frames: dict[type, Callable[[Any], bytes] | None] = {}
 
     def get(self, cls: type) -> Writer | None:
         """The JSON writer of `cls`, or None where it has none (not an attrs class)."""
+        return self.text_of(cls)
+
+    def text_of(self, cls: type) -> Writer | None:
+        if cls not in self.text:
+            made = self._build(cls, "{", "}", encode=False) if attrs.has(cls) else None
+            self.text[cls] = made
         return self.text[cls]
 
-    def _text(self, cls: type) -> Writer | None:
-        if not attrs.has(cls):
-            return None
-        return self._build(cls, "{", "}", encode=False)
+    def frame_of(self, cls: type) -> Callable[[Any], bytes] | None:
+        if cls not in self.frames:
+            self.frames[cls] = self._frame(cls)
+        return self.frames[cls]
 
     def _frame(self, cls: type) -> Callable[[Any], bytes] | None:
         if not attrs.has(cls):
@@ -175,7 +170,7 @@ class Writers:
     def _nested(self, cls: type) -> Writer:
         if cls in self._building:  # a class that contains itself: look it up when called
             return lambda v: self.text[cls](v)  # type: ignore[misc]
-        writer = self.text[cls]
+        writer = self.text_of(cls)
         return _defer if writer is None else writer
 
     def _union(self, members: tuple[Any, ...]) -> Writer:
