@@ -55,7 +55,7 @@ from streamfold.statemachine import (
     tool_result,
 )
 
-from ..driver import NO_FINISH, Generation, close_source
+from ..driver import MAX_BATCH_CHUNKS, NO_FINISH, Generation, close_source
 from ._config import AgentRun
 from ._mcp import describe_error
 from ._render import (
@@ -231,7 +231,9 @@ class AgentGeneration:
     async def _generate(
         self, prompt: tuple[int, ...], outcome: _Outcome
     ) -> AsyncIterator[list[Event]]:
-        """One generation: its events, one batch per source chunk; the outcome in `outcome`."""
+        """One generation: its events, one batch per source chunk, or per run of up to
+        `MAX_BATCH_CHUNKS` chunks the source had ready at once (`ReadyChunks`, as `Generation`
+        does); the outcome in `outcome`."""
         limit = self.request.max_output_tokens
         assert self.state is not None
         if limit is not None and self.state.output_tokens >= limit:
@@ -247,8 +249,14 @@ class AgentGeneration:
         chunks: AsyncIterator[TokenChunk] | None = None
         try:
             chunks = self.source.generate(request)
+            take: Callable[[int], list[TokenChunk]] | None = getattr(chunks, "take_ready", None)
             async for chunk in chunks:
-                if self._feed(chunk, outcome, pending):
+                ready = [chunk]
+                if take is not None and chunk.finish_reason is None:
+                    ready += take(MAX_BATCH_CHUNKS - 1)
+                # Chunk by chunk: a generation that ends mid-batch (a call's end) takes none
+                # of the chunks after it, as it would not have read them one at a time.
+                if any(self._feed(taken, outcome, pending) for taken in ready):
                     break
                 if pending:
                     yield pending

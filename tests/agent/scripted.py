@@ -7,6 +7,7 @@ in order: the loop's n-th generation of a response (its request id ends `-n`) pl
 
 from __future__ import annotations
 
+import collections
 from collections.abc import AsyncIterator, Mapping, Sequence
 from typing import Any
 
@@ -32,11 +33,15 @@ class ScriptedAgentSource:
         per_chunk: int = 3,
         delay: float = 0.0,
         drop_stop_token: bool = False,
+        held: bool = False,
     ) -> None:
         self.scripts = dict(scripts)
         self.per_chunk = per_chunk
         self.delay = delay
         self.drop_stop_token = drop_stop_token
+        # Held: each generation is produced whole before its consumer reads it (an engine
+        # whose consumer lags), and offered through the readiness hint (`ReadyChunks`).
+        self.held = held
         self.requests: list[GenerationRequest] = []
         self.open = 0
 
@@ -45,7 +50,8 @@ class ScriptedAgentSource:
 
     def generate(self, request: GenerationRequest) -> AsyncIterator[TokenChunk]:
         self.requests.append(request)
-        return self._generate(request)
+        chunks = self._generate(request)
+        return _Held(chunks) if self.held else chunks
 
     async def _generate(self, request: GenerationRequest) -> AsyncIterator[TokenChunk]:
         self.open += 1
@@ -77,3 +83,29 @@ class ScriptedAgentSource:
 
         grammar = HarmonyGrammar(vocabulary=load_harmony_vocabulary())
         return Engine(source=self, grammar=lambda model: grammar)
+
+
+class _Held:
+    """A generation produced whole at its first read, then handed over on request: one chunk
+    by `__anext__`, the rest through `take_ready` (before the first read, none is ready)."""
+
+    def __init__(self, chunks: AsyncIterator[TokenChunk]) -> None:
+        self._chunks = chunks
+        self._held: collections.deque[TokenChunk] | None = None
+
+    def __aiter__(self) -> _Held:
+        return self
+
+    async def __anext__(self) -> TokenChunk:
+        if self._held is None:
+            self._held = collections.deque([chunk async for chunk in self._chunks])
+        if not self._held:
+            raise StopAsyncIteration
+        return self._held.popleft()
+
+    def take_ready(self, limit: int) -> list[TokenChunk]:
+        held = self._held or collections.deque()
+        return [held.popleft() for _ in range(min(limit, len(held)))]
+
+    async def aclose(self) -> None:
+        await self._chunks.aclose()  # type: ignore[attr-defined]

@@ -16,7 +16,7 @@ from streamfold.adapters.server.prompt import stop_token_ids
 from streamfold.adapters.server.requests import parse_create_request
 from streamfold.engines import GenerationRequest
 from streamfold.engines.vocab import load_harmony_vocabulary
-from streamfold.statemachine import HarmonyGrammar, Response, snapshot
+from streamfold.statemachine import HarmonyGrammar, Response, dumps, snapshot
 from tests.server.helpers import assert_conformant
 
 from .scripted import ScriptedAgentSource, encode
@@ -73,7 +73,9 @@ async def _run(
     )
     grammar = HarmonyGrammar(vocabulary=load_harmony_vocabulary())
     loop = AgentGeneration(source, request, generation, grammar, response, run)
-    events = [event async for batch in loop.batches() for event in batch]
+    batches = [batch async for batch in loop.batches()]
+    events = [event for batch in batches for event in batch]
+    source.batches = len(batches)  # type: ignore[attr-defined]
     assert loop.finished
     assert_conformant(events)
     assert snapshot(events) == events[-1].response  # the stream folds back to the final response
@@ -103,6 +105,35 @@ async def test_a_connector_tool_through_the_loop(drop_stop_token: bool) -> None:
     second = source.prompts("m")[1]
     # Put back when the engine leaves it out: the prompt is the same either way.
     assert "{}<|call|><|start|>time.now to=assistant<|channel|>commentary<|message|>12:00" in second
+
+
+@pytest.mark.parametrize("ended_by", ["<|call|>", "<|end|>"])
+async def test_ready_chunks_share_batches_across_generations_and_give_the_same_events(
+    ended_by: str,
+) -> None:
+    """A source that holds its chunks (`ReadyChunks`) gives the agent loop's generations in
+    coalesced batches, with the same events as one chunk per batch; a call that ends mid-batch
+    (ended by `<|end|>`, the engine still running) takes none of the chunks held after it."""
+    config = AgentConfig(connectors={"clock": Clock})
+    call = _call("time", "now", {}).removesuffix("<|call|>") + ended_by
+    if ended_by == "<|end|>":
+        call += "<|start|>assistant<|channel|>final<|message|>not read<|return|>"
+    answer = "<|channel|>final<|message|>" + "word " * 150 + "<|return|>"
+    scripts = {"m": [call, answer]}
+    body = {
+        "model": "m",
+        "input": "time?",
+        "tools": [{"type": "mcp", "server_label": "time", "connector_id": "clock"}],
+    }
+    plain, one_by_one = await _run(body, scripts, config, per_chunk=1)
+    coalesced, held = await _run(body, scripts, config, per_chunk=1, held=True)
+    assert [dumps(e) for e in coalesced] == [dumps(e) for e in plain]
+    assert held.batches < one_by_one.batches / 10, (held.batches, one_by_one.batches)
+    assert source_prompts_equal(held, one_by_one)
+
+
+def source_prompts_equal(a: ScriptedAgentSource, b: ScriptedAgentSource) -> bool:
+    return a.prompts("m") == b.prompts("m") and len(a.prompts("m")) == 2
 
 
 async def test_max_output_tokens_counts_across_generations() -> None:
