@@ -109,3 +109,19 @@ else:
         python_sse_event,
         python_json_line,
     )
+
+
+_PLAIN_EVENTS = frozenset(_wire.PLAIN_EVENTS)
+
+
+def event_text(event: Any) -> str:
+    """`dumps(event)`: the same text, through the compiled line writer for plain events (deltas,
+    progress events) where the extension is built (about 2.5x faster than `dumps` for a delta;
+    `tests/statemachine/test_speedups.py` holds its bytes equal). The server logs every event
+    it sends as this text."""
+    if _compiled_functions is not None and type(event) in _PLAIN_EVENTS:
+        try:
+            return json_line(event)[:-1].decode()  # type: ignore[no-any-return]
+        except UnicodeEncodeError:  # a lone surrogate: `dumps` keeps it (the store refuses it)
+            pass
+    return _wire.dumps(event)

@@ -36,11 +36,8 @@ import anyio.lowlevel
 from anyio.abc import TaskGroup, TaskStatus
 
 from streamfold.adapters.driver import Generation, sse_frame
-from streamfold.statemachine import (
-    Event,
-    StreamfoldError,
-    dumps,
-)
+from streamfold.statemachine import Event, StreamfoldError
+from streamfold.statemachine._accel import event_text
 from streamfold.statemachine._grammar import FinishReason
 
 from ..agent._config import AgentConfig
@@ -89,7 +86,7 @@ class _StoreFailed(Exception):
 
 
 def _records(events: list[Event]) -> list[EventRecord]:
-    return [EventRecord(e.sequence_number, e.type, dumps(e)) for e in events]
+    return [EventRecord(e.sequence_number, e.type, event_text(e)) for e in events]
 
 
 class LastFrames(bytes):
@@ -103,9 +100,10 @@ def _frames(records: list[EventRecord]) -> bytes:
 
 
 def _live_frames(records: list[EventRecord]) -> bytes:
-    """SSE frames of records just made by `dumps`, whose JSON is one line (it escapes line
-    breaks) and whose types are the API's: no checks needed, one encode for the batch (the
-    checked `sse_frame` per event cost 20x more). A terminal batch is `LastFrames`."""
+    """SSE frames of records just made by `event_text` (`dumps`'s text), whose JSON is one line
+    (it escapes line breaks) and whose types are the API's: no checks needed, one encode for
+    the batch (the checked `sse_frame` per event cost 20x more). A terminal batch is
+    `LastFrames`."""
     frames = "".join([f"event: {r.type}\ndata: {r.data}\n\n" for r in records]).encode()
     return LastFrames(frames) if records and records[-1].terminal else frames
 

@@ -14,6 +14,7 @@ import gc
 import os
 import sys
 from collections.abc import Callable, Sequence
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -34,6 +35,7 @@ from streamfold.statemachine import (
     finish,
     start,
 )
+from streamfold.statemachine._accel import event_text
 from tests.harmony_helpers import GRAMMAR, new_response
 
 try:
@@ -222,6 +224,43 @@ def test_compiled_frames_equal_python_frames_for_every_plain_event(
     event = cls(**fields)
     assert _speedups.sse_event(event) == _wire.sse_event(event)
     assert _speedups.json_line(event) == _wire.json_line(event)
+
+
+@compiled
+@pytest.mark.parametrize("cls", _wire.PLAIN_EVENTS, ids=lambda cls: cls.__name__)
+@settings(max_examples=40, deadline=None)
+@given(data=st.data())
+def test_event_text_is_dumps_for_every_plain_event(cls: type, data: st.DataObject) -> None:
+    """The server logs `event_text(e)` (the compiled line writer for plain events) where it
+    logged `dumps(e)`: the same text, lone surrogates included (the compiled writer refuses
+    them; `dumps` keeps them)."""
+    plain = _wire.plain_plan(cls)
+    assert plain is not None
+    text = st.text(st.characters(), max_size=30)  # surrogates too
+    fields = {
+        name: data.draw(text if kind == "str" else _any_int)
+        for name, kind in plain[1]
+        if kind in ("str", "int")
+    }
+    event = cls(**fields)
+    assert event_text(event) == _wire.dumps(event)
+
+
+def test_event_text_keeps_a_lone_surrogate_as_dumps_does() -> None:
+    event = ResponseTextDeltaEvent(
+        sequence_number=0, item_id="msg_1", output_index=0, content_index=0, delta="a\ud800"
+    )
+    assert event_text(event) == _wire.dumps(event)
+    assert "\ud800" in event_text(event)
+
+
+def test_event_text_is_dumps_for_every_golden_event() -> None:
+    goldens = sorted(Path(__file__).resolve().parents[2].glob("specs/traces/*.golden.jsonl"))
+    assert goldens
+    for path in goldens:
+        for line in path.read_text(encoding="utf-8").splitlines():
+            event = _wire.loads(line)
+            assert event_text(event) == _wire.dumps(event) == line, path.name
 
 
 @compiled
