@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import itertools
-from collections.abc import AsyncIterator, Generator
+from collections.abc import AsyncIterator
 from pathlib import Path
 
 import anyio
@@ -20,58 +20,63 @@ class UnknownTraceError(TraceFormatError, LookupError):
     """A request named a trace that the directory does not hold."""
 
 
-def _replayed(
-    trace: Trace, max_tokens: int | None
-) -> Generator[tuple[bool, TokenChunk], None, None]:
-    """The chunks a replay gives, each with whether the engine's pace (`delay`) precedes it."""
-    sent = 0
-    for chunk in trace.chunks:
-        if max_tokens is not None and sent + len(chunk.token_ids) > max_tokens:
+def _replayed(trace: Trace, max_tokens: int | None) -> tuple[list[TokenChunk], int]:
+    """The chunks a replay gives, and how many of them come at the engine's pace (`delay`):
+    the trace's chunks (cut where `max_tokens` would have stopped the engine, with a `length`
+    finish), then its finish chunk, which no step precedes."""
+    chunks = trace.chunks
+    if max_tokens is not None:
+        sent = itertools.accumulate(len(chunk.token_ids) for chunk in chunks)
+        over = next((i for i, total in enumerate(sent) if total > max_tokens), None)
+        if over is not None:
             # The engine would have stopped here: cut the chunk and report the limit.
-            keep = max_tokens - sent
-            logprobs = None if chunk.logprobs is None else chunk.logprobs[:keep]
-            yield (
-                True,
-                TokenChunk(
-                    token_ids=chunk.token_ids[:keep], logprobs=logprobs, finish_reason="length"
-                ),
+            cut = chunks[over]
+            keep = max_tokens - sum(len(chunk.token_ids) for chunk in chunks[:over])
+            logprobs = None if cut.logprobs is None else cut.logprobs[:keep]
+            last = TokenChunk(
+                token_ids=cut.token_ids[:keep], logprobs=logprobs, finish_reason="length"
             )
-            return
-        sent += len(chunk.token_ids)
-        yield True, chunk
+            return [*chunks[:over], last], over + 1
     if trace.finish_reason is None:
-        yield False, TokenChunk(finish_reason="error", error=CUT_OFF)
+        finish = TokenChunk(finish_reason="error", error=CUT_OFF)
     else:
-        yield False, TokenChunk(finish_reason=trace.finish_reason, error=trace.error)
+        finish = TokenChunk(finish_reason=trace.finish_reason, error=trace.error)
+    return [*chunks, finish], len(chunks)
 
 
 class _Replay:
     """One replayed request: an async iterator of chunks with the readiness hint
     (`ReadyChunks`). Without a delay the whole trace is already "produced", so `take_ready`
-    hands over what is asked; with one, each chunk is due only after its delay, so none is
-    ready ahead of its turn."""
+    hands over what is asked (a slice: the server streams every chunk of it); with one, each
+    chunk is due only after its delay, so none is ready ahead of its turn."""
 
     def __init__(self, trace: Trace, delay: float, max_tokens: int | None) -> None:
-        self._chunks = _replayed(trace, max_tokens)
+        self._chunks, self._paced = _replayed(trace, max_tokens)
+        self._next = 0
         self._delay = delay
 
     def __aiter__(self) -> _Replay:
         return self
 
     async def __anext__(self) -> TokenChunk:
-        for paced, chunk in self._chunks:
-            if paced and self._delay:
-                await anyio.sleep(self._delay)
-            return chunk
-        raise StopAsyncIteration
+        index = self._next
+        if index >= len(self._chunks):
+            raise StopAsyncIteration
+        self._next = index + 1
+        if self._delay and index < self._paced:
+            await anyio.sleep(self._delay)
+        return self._chunks[index]
 
     def take_ready(self, limit: int) -> list[TokenChunk]:
         if self._delay:
             return []
-        return [chunk for _, chunk in itertools.islice(self._chunks, max(limit, 0))]
+        start = self._next
+        ready = self._chunks[start : start + max(limit, 0)]
+        self._next = start + len(ready)
+        return ready
 
     async def aclose(self) -> None:
-        self._chunks.close()
+        self._next = len(self._chunks)
 
 
 class ReplaySource:

@@ -121,7 +121,7 @@ def event_text(event: Any) -> str:
     it sends as this text."""
     if _compiled_functions is not None and type(event) in _PLAIN_EVENTS:
         try:
-            return json_line(event)[:-1].decode()  # type: ignore[no-any-return]
+            return json_line(event)[:-1].decode()
         except UnicodeEncodeError:  # a lone surrogate: `dumps` keeps it (the store refuses it)
             pass
     return _wire.dumps(event)

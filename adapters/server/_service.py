@@ -85,8 +85,11 @@ class _StoreFailed(Exception):
         self.error = error
 
 
+_new = tuple.__new__  # a named tuple's own constructor, without its argument handling
+
+
 def _records(events: list[Event]) -> list[EventRecord]:
-    return [EventRecord(e.sequence_number, e.type, event_text(e)) for e in events]
+    return [_new(EventRecord, (e.sequence_number, e.type, event_text(e))) for e in events]
 
 
 class LastFrames(bytes):
