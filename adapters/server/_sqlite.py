@@ -18,6 +18,7 @@ a batch costs two rows in two `executemany` statements, and no read.
 from __future__ import annotations
 
 import fcntl
+import logging
 import os
 import sqlite3
 import threading
@@ -39,6 +40,8 @@ from ._store import (
 )
 
 __all__ = ["SQLiteEventStore", "StoreLockedError"]
+
+log = logging.getLogger("streamfold.server")
 
 # Pages of WAL between two checkpoints (SQLite's own automatic default is 1000).
 CHECKPOINT_PAGES = 1000
@@ -119,6 +122,10 @@ class SQLiteEventStore:
         # What `advance` needs of each response being written and not yet ended, and its number
         # (see `_advance`).
         self._unfinished: dict[str, _Known] = {}
+        # Inputs saved and not yet written: they go in with the next write's transaction (the
+        # server appends a response's first events right after saving its input), not in one
+        # transaction each, a WAL page write per response (`save_input`).
+        self._inputs: dict[str, str] = {}
 
     def _connect(self) -> sqlite3.Connection:
         db = sqlite3.connect(str(self.path), check_same_thread=False, isolation_level=None)
@@ -129,6 +136,16 @@ class SQLiteEventStore:
         return db
 
     def close(self) -> None:
+        if self._inputs:
+            try:
+                self._db.executemany(
+                    "INSERT OR REPLACE INTO inputs VALUES (?, ?)", list(self._inputs.items())
+                )
+            except sqlite3.Error as exc:
+                log.error(
+                    "the response store %s lost %d inputs: %s", self.path, len(self._inputs), exc
+                )
+            self._inputs.clear()
         self._db.close()
         with self._read_lock:
             self._reader.close()
@@ -196,6 +213,10 @@ class SQLiteEventStore:
             return errors
         self._db.execute("BEGIN")
         try:
+            if self._inputs:  # outside the savepoints: a refused batch keeps them
+                self._db.executemany(
+                    "INSERT OR REPLACE INTO inputs VALUES (?, ?)", list(self._inputs.items())
+                )
             try:
                 self._db.execute("SAVEPOINT fast")
                 self._insert(planned)
@@ -211,6 +232,7 @@ class SQLiteEventStore:
             self._db.execute("ROLLBACK")
             raise
         self._db.execute("COMMIT")
+        self._inputs.clear()
         for number, new in written:  # only what is committed is known to be there
             if new.finished:
                 self._unfinished.pop(new.id, None)
@@ -399,12 +421,18 @@ class SQLiteEventStore:
         self._db.execute("DELETE FROM inputs WHERE response_id=?", (response_id,))
         self._db.execute("COMMIT")
         self._unfinished.pop(response_id, None)
+        self._inputs.pop(response_id, None)
 
     async def save_input(self, response_id: str, items: str) -> None:
+        """Kept, and written with the next write's transaction (see `__init__`); what would
+        make that write fail is refused here."""
+        if not isinstance(items, str):
+            raise StoreError(f"an input is JSON text, got {type(items).__name__}")
         try:
-            self._db.execute("INSERT OR REPLACE INTO inputs VALUES (?, ?)", (response_id, items))
-        except sqlite3.Error as exc:
+            items.encode("utf-8")
+        except UnicodeEncodeError as exc:
             raise StoreError(f"writing the response store {self.path} failed: {exc}") from exc
+        self._inputs[response_id] = items
 
     def _load_input(self, response_id: str) -> str | None:
         with self._read_lock:
@@ -414,6 +442,8 @@ class SQLiteEventStore:
         return None if row is None else str(row[0])
 
     async def load_input(self, response_id: str) -> str | None:
+        if response_id in self._inputs:
+            return self._inputs[response_id]
         return await anyio.to_thread.run_sync(self._load_input, response_id)
 
     async def damaged(self) -> list[str]:

@@ -115,6 +115,51 @@ async def test_sqlite_log_survives_reopening(tmp_path: Path) -> None:
     second.close()
 
 
+async def test_sqlite_inputs_go_in_with_the_next_write_and_survive_reopening(
+    tmp_path: Path,
+) -> None:
+    """An input costs no transaction of its own: it is written with the next append (the
+    server appends a response's first events right after saving its input). It is readable at
+    once, written by the next append that writes (or at close), and gone with a delete."""
+    path = tmp_path / "log.sqlite3"
+    store = SQLiteEventStore(path)
+    await store.save_input("resp_1", '["one"]')
+    assert await store.load_input("resp_1") == '["one"]'  # kept, not yet written
+    reader = sqlite3.connect(path)
+    assert reader.execute("SELECT COUNT(*) FROM inputs").fetchone() == (0,)
+    await store.append("resp_1", LOG[:2])
+    assert reader.execute("SELECT items FROM inputs").fetchall() == [('["one"]',)]
+    await store.save_input("resp_2", '["two"]')
+    with pytest.raises(StoreError, match="without gaps"):
+        await store.append("resp_1", [LOG[3]])  # refused before any statement: kept
+    assert reader.execute("SELECT COUNT(*) FROM inputs").fetchone() == (1,)
+    assert await store.load_input("resp_2") == '["two"]'
+    await store.save_input("resp_3", '["three"]')
+    await store.save_input("resp_4", '["four"]')
+    await store.delete("resp_4")  # deleted before it was written: never written
+    store.close()  # writes resp_2's and resp_3's
+    reader.close()
+    reopened = SQLiteEventStore(path)
+    assert [await reopened.load_input(f"resp_{n}") for n in (1, 2, 3, 4)] == [
+        '["one"]',
+        '["two"]',
+        '["three"]',
+        None,
+    ]
+    reopened.close()
+
+
+async def test_sqlite_refuses_an_input_it_could_not_write_when_it_is_saved(
+    tmp_path: Path,
+) -> None:
+    store = SQLiteEventStore(tmp_path / "log.sqlite3")
+    with pytest.raises(StoreError, match="surrogate"):
+        await store.save_input("resp_1", '["\ud800"]')
+    await store.append("resp_1", LOG[:2])  # nothing bad was kept for the next write
+    assert await store.load_input("resp_1") is None
+    store.close()
+
+
 def test_sqlite_store_names_the_path_it_cannot_open(tmp_path: Path) -> None:
     blocker = tmp_path / "file"
     blocker.write_text("")
