@@ -87,6 +87,7 @@ def serve(args: argparse.Namespace) -> None:
             ServerLimits,
             SQLiteEventStore,
             create_app,
+            tune_gc_for_serving,
             uvicorn_http,
         )
 
@@ -95,6 +96,7 @@ def serve(args: argparse.Namespace) -> None:
         # What `streamfold serve` runs: uvicorn's parser with the header timeout.
         parser = "auto" if http == "default" else http
         protocol = uvicorn_http(ServerLimits().header_timeout_s, parser)
+        tune_gc_for_serving()  # as `streamfold serve` does before it serves
     uvicorn.run(
         app,
         host="127.0.0.1",

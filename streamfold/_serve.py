@@ -184,6 +184,7 @@ def run_serve(args: argparse.Namespace) -> int:
         MemoryEventStore,
         SQLiteEventStore,
         create_app,
+        tune_gc_for_serving,
         uvicorn_http,
     )
     from streamfold.statemachine import StreamfoldError
@@ -231,6 +232,7 @@ def run_serve(args: argparse.Namespace) -> int:
             http=uvicorn_http(limits.header_timeout_s),
             limit_concurrency=args.limit_concurrency,
         )
+        tune_gc_for_serving()
         uvicorn.Server(config).run(sockets=[sock])
     except StreamfoldError as exc:
         print(f"streamfold serve: {exc}", file=sys.stderr)

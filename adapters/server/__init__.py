@@ -17,6 +17,7 @@ from ..registry import (
     replay_engine,
 )
 from ._app import EventStreamResponse, create_app
+from ._gc import tune_gc_for_serving
 from ._http import Parser, uvicorn_http
 from ._limits import ServerLimits
 from ._prepare import Prepared
@@ -61,5 +62,6 @@ __all__ = [
     "render_prompt",
     "replay_engine",
     "stop_token_ids",
+    "tune_gc_for_serving",
     "uvicorn_http",
 ]

@@ -4,11 +4,15 @@ engine built lazily inside the server's loop where it can."""
 from __future__ import annotations
 
 import argparse
+import gc
 import importlib.util
 
 import pytest
 
+from streamfold.adapters import server
 from streamfold.adapters.registry import ENGINES, EngineSetupError, LazySource
+from streamfold.adapters.server import tune_gc_for_serving
+from streamfold.adapters.server._gc import YOUNG_THRESHOLD
 from streamfold.cli import main
 from streamfold.engines import GenerationRequest, TokenChunk
 
@@ -75,5 +79,20 @@ def test_serve_closes_an_engine_that_has_close_when_the_server_stops(
         lambda args: Engine(source=ClosingSource(), grammar=lambda model: None),  # type: ignore[arg-type,return-value]
     )
     monkeypatch.setattr(uvicorn.Server, "run", lambda *a, **k: None)
+    # Serve tunes the collector (process-wide) before it serves: not this test process's.
+    tuned: list[bool] = []
+    monkeypatch.setattr(server, "tune_gc_for_serving", lambda: tuned.append(True))
     assert main(["serve", "--store", ":memory:", "--port", "0"]) == 0
     assert closed == [True]
+    assert tuned == [True]
+
+
+def test_tune_gc_for_serving_freezes_the_startup_heap_and_raises_the_young_threshold() -> None:
+    before = gc.get_threshold()
+    try:
+        tune_gc_for_serving(preload_vocabulary=False)
+        assert gc.get_freeze_count() > 0
+        assert gc.get_threshold() == (YOUNG_THRESHOLD, *before[1:])
+    finally:
+        gc.unfreeze()
+        gc.set_threshold(*before)
