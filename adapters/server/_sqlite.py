@@ -118,6 +118,7 @@ class SQLiteEventStore:
         self._next_number = (row[0] or 0) + 1  # this store alone writes (its lock)
         self._read_lock = threading.Lock()  # the reader connection, one thread at a time
         self._wal_pages = 0
+        self._written = 0  # characters of event data inserted since the last `_wrote`
         self._checkpointing = False
         # What `advance` needs of each response being written and not yet ended, and its number
         # (see `_advance`).
@@ -287,19 +288,18 @@ class SQLiteEventStore:
         return number, advance(response_id, old, records, background)
 
     def _insert(self, planned: Sequence[tuple[Batch, _Known]]) -> None:
-        self._db.executemany(
-            "INSERT INTO events VALUES (?, ?, ?, ?, ?)",
-            [
-                (
-                    number,
-                    records[0].sequence_number,
-                    records[-1].sequence_number,
-                    "\n".join(map(RECORD_TYPE, records)),
-                    "\n".join(map(RECORD_DATA, records)),
-                )
-                for (_, records, _), (number, _) in planned
-            ],
-        )
+        rows = [
+            (
+                number,
+                records[0].sequence_number,
+                records[-1].sequence_number,
+                "\n".join(map(RECORD_TYPE, records)),
+                "\n".join(map(RECORD_DATA, records)),
+            )
+            for (_, records, _), (number, _) in planned
+        ]
+        self._db.executemany("INSERT INTO events VALUES (?, ?, ?, ?, ?)", rows)
+        self._written += sum(len(row[4]) for row in rows)  # for the checkpoint's schedule
         # A response's row changes when its lifecycle does (created, in progress, its end),
         # not with every batch of deltas: most commits then touch no `responses` page at all.
         self._db.executemany(
@@ -371,7 +371,7 @@ class SQLiteEventStore:
             self._write(response_id, records, background)
         except (sqlite3.Error, ValueError, OverflowError) as exc:
             raise self._error(exc) from exc
-        await self._wrote(records)
+        await self._wrote()
 
     async def append_many(self, batches: Sequence[Batch]) -> list[Exception | None]:
         """Every batch in one transaction (`LogWriter`'s group commit)."""
@@ -382,12 +382,14 @@ class SQLiteEventStore:
             errors = self._write_many(batches)
         except (sqlite3.Error, ValueError, OverflowError) as exc:  # the commit itself failed
             return [self._error(exc)] * len(batches)
-        await self._wrote([r for _, records, _ in batches for r in records])
+        await self._wrote()
         return errors
 
-    async def _wrote(self, records: Sequence[EventRecord]) -> None:
-        # A batch is a few KB; a page is 4 KB: count pages roughly, by bytes written.
-        self._wal_pages += 1 + sum(map(len, map(RECORD_DATA, records))) // 4096
+    async def _wrote(self) -> None:
+        # A batch is a few KB; a page is 4 KB: count pages roughly, by the characters of event
+        # data the inserts since the last call wrote.
+        self._wal_pages += 1 + self._written // 4096
+        self._written = 0
         if self._wal_pages >= CHECKPOINT_PAGES and not self._checkpointing:
             self._wal_pages, self._checkpointing = 0, True
             try:

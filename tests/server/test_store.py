@@ -17,6 +17,7 @@ from streamfold.adapters.server import (
     SQLiteEventStore,
     StoreError,
 )
+from streamfold.adapters.server._sqlite import CHECKPOINT_PAGES
 
 pytestmark = pytest.mark.anyio
 
@@ -157,6 +158,28 @@ async def test_sqlite_refuses_an_input_it_could_not_write_when_it_is_saved(
         await store.save_input("resp_1", '["\ud800"]')
     await store.append("resp_1", LOG[:2])  # nothing bad was kept for the next write
     assert await store.load_input("resp_1") is None
+    store.close()
+
+
+async def test_sqlite_checkpoints_the_wal_by_the_event_data_written(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The writer checkpoints on its own schedule (autocheckpoint is off): once the event data
+    appended reaches `CHECKPOINT_PAGES` pages, and not before."""
+    store = SQLiteEventStore(tmp_path / "log.sqlite3")
+    checkpoints: list[bool] = []
+    monkeypatch.setattr(store, "_checkpoint", lambda: checkpoints.append(True))
+    page = "x" * 4096
+    batch = [EventRecord(n, "response.output_text.delta", f'"{page}"') for n in range(2, 12)]
+    await store.append("resp_1", LOG[:2])
+    written = 0
+    while not checkpoints:
+        await store.append(
+            "resp_1", [r._replace(sequence_number=r.sequence_number + written) for r in batch]
+        )
+        written += len(batch)
+        assert written <= 2 * CHECKPOINT_PAGES, "no checkpoint after twice its pages of data"
+    assert written >= CHECKPOINT_PAGES // 2  # about one page per event, one more per append
     store.close()
 
 
