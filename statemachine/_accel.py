@@ -26,7 +26,7 @@ from ._reducer import step as python_step
 from ._wire import json_line as python_json_line
 from ._wire import sse_event as python_sse_event
 
-__all__ = ["ACCELERATED", "json_line", "sse_event", "step"]
+__all__ = ["ACCELERATED", "event_text", "json_line", "sse_event", "step"]
 
 # The fields the compiled step reads, in the order `configure` takes their positions.
 _STATE_FIELDS = (
