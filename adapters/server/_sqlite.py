@@ -136,12 +136,18 @@ class SQLiteEventStore:
         db.execute("PRAGMA synchronous=NORMAL")
         return db
 
+    def _write_inputs(self) -> None:
+        """The inputs saved since the last write (see `__init__`), in the transaction under way
+        (or in one of their own)."""
+        if self._inputs:
+            self._db.executemany(
+                "INSERT OR REPLACE INTO inputs VALUES (?, ?)", list(self._inputs.items())
+            )
+
     def close(self) -> None:
         if self._inputs:
             try:
-                self._db.executemany(
-                    "INSERT OR REPLACE INTO inputs VALUES (?, ?)", list(self._inputs.items())
-                )
+                self._write_inputs()
             except sqlite3.Error as exc:
                 log.error(
                     "the response store %s lost %d inputs: %s", self.path, len(self._inputs), exc
@@ -214,10 +220,7 @@ class SQLiteEventStore:
             return errors
         self._db.execute("BEGIN")
         try:
-            if self._inputs:  # outside the savepoints: a refused batch keeps them
-                self._db.executemany(
-                    "INSERT OR REPLACE INTO inputs VALUES (?, ?)", list(self._inputs.items())
-                )
+            self._write_inputs()  # outside the savepoints: a refused batch keeps them
             try:
                 self._db.execute("SAVEPOINT fast")
                 self._insert(planned)
