@@ -7,9 +7,9 @@ from __future__ import annotations
 import logging
 from collections.abc import Set
 
-from streamfold.statemachine import close_interrupted, dumps, loads
+from streamfold.statemachine import close_interrupted, loads
 
-from ._store import EventRecord, EventStore
+from ._store import EventStore, records_of
 
 __all__ = ["INTERRUPTED", "damaged_responses", "end_interrupted"]
 
@@ -44,11 +44,7 @@ async def end_interrupted(store: EventStore, running: Set[str]) -> tuple[list[st
             if stored is None or stored.finished or response_id in running:
                 continue
             events = [loads(record.data) for record in await store.read(response_id)]
-            closing = [
-                EventRecord(sequence_number=e.sequence_number, type=e.type, data=dumps(e))
-                for e in close_interrupted(events, INTERRUPTED)
-            ]
-            await store.append(response_id, closing)
+            await store.append(response_id, records_of(close_interrupted(events, INTERRUPTED)))
         except Exception as exc:  # one damaged log must not keep the server from starting
             unreadable.append(response_id)
             log.error("response %s is unreadable in the store (%s)", response_id, exc)

@@ -37,7 +37,6 @@ from anyio.abc import TaskGroup, TaskStatus
 
 from streamfold.adapters.driver import Generation, sse_frame
 from streamfold.statemachine import Event, StreamfoldError
-from streamfold.statemachine._accel import event_text
 from streamfold.statemachine._grammar import FinishReason
 
 from ..agent._config import AgentConfig
@@ -51,7 +50,7 @@ from ._prepare import Prepared, new_response_id, prepare
 from ._recovery import damaged_responses, end_interrupted
 from ._render import Renderer
 from ._run import CLIENT_LEFT, Run
-from ._store import EventRecord, EventStore, InputStore, StoreError
+from ._store import EventRecord, EventStore, InputStore, StoreError, records_of
 from .requests import RequestError
 
 __all__ = ["CLIENT_LEFT", "LastFrames", "ResponseService", "Run", "ServiceNotRunningError"]
@@ -85,13 +84,6 @@ class _StoreFailed(Exception):
         self.error = error
 
 
-_new = tuple.__new__  # a named tuple's own constructor, without its argument handling
-
-
-def _records(events: list[Event]) -> list[EventRecord]:
-    return [_new(EventRecord, (e.sequence_number, e.type, event_text(e))) for e in events]
-
-
 class LastFrames(bytes):
     """The last bytes of an event stream (they end with its terminal event): the HTTP layer
     sends them together with the end of the body, one write instead of two."""
@@ -103,7 +95,7 @@ def _frames(records: list[EventRecord]) -> bytes:
 
 
 def _live_frames(records: list[EventRecord]) -> bytes:
-    """SSE frames of records just made by `event_text` (`dumps`'s text), whose JSON is one line
+    """SSE frames of records just made by `records_of` (`dumps`'s text), whose JSON is one line
     (it escapes line breaks) and whose types are the API's: no checks needed, one encode for
     the batch (the checked `sse_frame` per event cost 20x more). A terminal batch is
     `LastFrames`."""
@@ -215,7 +207,7 @@ class ResponseService:
 
         A logged batch is published by its commit (`LogWriter`), even when this run is
         cancelled while it waits for that commit."""
-        records = _records(events)
+        records = records_of(events)
         if records and run.logged:
             try:
                 await self.log.write(
@@ -242,7 +234,7 @@ class ResponseService:
         log.error("response %s: %s (%s); it ends failed", run.id, STORE_FAILED, failed.error)
         run.logged = False
         closing = generation.close("error", f"{STORE_FAILED}: {failed.error}")
-        records = failed.records + _records(closing)
+        records = failed.records + records_of(closing)
         run.publish(records)
         # Its clients may poll for it: they find it failed, for the last UNSTORED_KEPT such.
         response = _response_of(run.event)

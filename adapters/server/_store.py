@@ -16,7 +16,8 @@ from typing import Any, NamedTuple, Protocol, runtime_checkable
 
 import attrs
 
-from streamfold.statemachine import TERMINAL_EVENT_TYPES, StreamfoldError
+from streamfold.statemachine import TERMINAL_EVENT_TYPES, Event, StreamfoldError
+from streamfold.statemachine._accel import event_text
 
 __all__ = [
     "LIFECYCLE_EVENT_TYPES",
@@ -31,6 +32,7 @@ __all__ = [
     "StoredResponse",
     "advance",
     "last_lifecycle",
+    "records_of",
 ]
 
 LIFECYCLE_EVENT_TYPES = frozenset(
@@ -120,6 +122,15 @@ class InputStore(Protocol):
 RECORD_SEQUENCE = itemgetter(0)
 RECORD_TYPE = itemgetter(1)
 RECORD_DATA = itemgetter(2)
+
+
+_new = tuple.__new__  # a named tuple's own constructor, without its argument handling
+
+
+def records_of(events: Sequence[Event]) -> list[EventRecord]:
+    """The log records of events, each with `dumps`'s text (`event_text`: compiled for plain
+    events)."""
+    return [_new(EventRecord, (e.sequence_number, e.type, event_text(e))) for e in events]
 
 
 def last_lifecycle(records: Sequence[EventRecord]) -> EventRecord | None:
