@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import itertools
 from collections.abc import AsyncIterator
 from pathlib import Path
 
@@ -26,17 +25,17 @@ def _replayed(trace: Trace, max_tokens: int | None) -> tuple[list[TokenChunk], i
     finish), then its finish chunk, which no step precedes."""
     chunks = trace.chunks
     if max_tokens is not None:
-        sent = itertools.accumulate(len(chunk.token_ids) for chunk in chunks)
-        over = next((i for i, total in enumerate(sent) if total > max_tokens), None)
-        if over is not None:
-            # The engine would have stopped here: cut the chunk and report the limit.
-            cut = chunks[over]
-            keep = max_tokens - sum(len(chunk.token_ids) for chunk in chunks[:over])
-            logprobs = None if cut.logprobs is None else cut.logprobs[:keep]
-            last = TokenChunk(
-                token_ids=cut.token_ids[:keep], logprobs=logprobs, finish_reason="length"
-            )
-            return [*chunks[:over], last], over + 1
+        sent = 0
+        for over, cut in enumerate(chunks):
+            if sent + len(cut.token_ids) > max_tokens:
+                # The engine would have stopped here: cut the chunk and report the limit.
+                keep = max_tokens - sent
+                logprobs = None if cut.logprobs is None else cut.logprobs[:keep]
+                last = TokenChunk(
+                    token_ids=cut.token_ids[:keep], logprobs=logprobs, finish_reason="length"
+                )
+                return [*chunks[:over], last], over + 1
+            sent += len(cut.token_ids)
     if trace.finish_reason is None:
         finish = TokenChunk(finish_reason="error", error=CUT_OFF)
     else:
