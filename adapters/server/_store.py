@@ -151,7 +151,6 @@ def advance(
             f"events appended to {response_id} must continue its log at sequence number "
             f"{last + 1} without gaps; got {[r.sequence_number for r in records]}"
         )
-    expected = last + 1 + len(records)
     lifecycle = last_lifecycle(records)
     finished = lifecycle is not None and not TERMINAL_EVENT_TYPES.isdisjoint(
         map(RECORD_TYPE, records)
@@ -164,7 +163,7 @@ def advance(
         id=response_id,
         background=background if old is None else old.background,
         finished=finished,
-        last_sequence_number=expected - 1,
+        last_sequence_number=last + len(records),
         event=lifecycle.data if lifecycle is not None else old.event,  # type: ignore[union-attr]
     )
 
