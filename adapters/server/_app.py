@@ -6,6 +6,7 @@ when a streaming client has gone. Every decision about a response is the service
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import logging
 from collections.abc import AsyncIterator
@@ -60,29 +61,48 @@ class EventStreamResponse:
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         await send({"type": "http.response.start", "status": 200, "headers": list(_SSE_HEADERS)})
-        async with anyio.create_task_group() as tg:
-
-            async def watch() -> None:
-                while (await receive())["type"] != "http.disconnect":
-                    pass
+        try:
+            loop: asyncio.AbstractEventLoop | None = asyncio.get_running_loop()
+        except RuntimeError:  # trio
+            loop = None
+        if loop is None:
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(_watch, receive, tg.cancel_scope)
+                await self._send_body(send)
                 tg.cancel_scope.cancel()
-
-            tg.start_soon(watch)
+            return
+        # On asyncio the watcher is a bare task, stopped by `cancel`: an anyio task group
+        # (spawn, cancel, join) cost ~100 us per stream, about 5% of a 100-token stream's CPU.
+        with anyio.CancelScope() as body_scope:
+            watcher = loop.create_task(_watch(receive, body_scope))
             try:
-                ended = False
-                async for chunk in self.body:
-                    ended = type(chunk) is LastFrames
-                    await send(
-                        {"type": "http.response.body", "body": chunk, "more_body": not ended}
-                    )
-                    if ended:
-                        break
-                if not ended:
-                    await send({"type": "http.response.body", "body": b"", "more_body": False})
+                await self._send_body(send)
             finally:
-                with anyio.CancelScope(shield=True):
-                    await self.body.aclose()  # type: ignore[attr-defined]
-            tg.cancel_scope.cancel()
+                watcher.cancel()
+
+    async def _send_body(self, send: Send) -> None:
+        try:
+            ended = False
+            async for chunk in self.body:
+                ended = type(chunk) is LastFrames
+                await send({"type": "http.response.body", "body": chunk, "more_body": not ended})
+                if ended:
+                    break
+            if not ended:
+                await send({"type": "http.response.body", "body": b"", "more_body": False})
+        finally:
+            with anyio.CancelScope(shield=True):
+                await self.body.aclose()  # type: ignore[attr-defined]
+
+
+async def _watch(receive: Receive, body_scope: anyio.CancelScope) -> None:
+    """Cancel `body_scope` once the client has gone (or its connection failed)."""
+    try:
+        while (await receive())["type"] != "http.disconnect":
+            pass
+    except Exception:  # a broken connection: nobody reads the stream any more
+        log.debug("the connection of a stream failed; the stream ends", exc_info=True)
+    body_scope.cancel()
 
 
 def _error(exc: RequestError) -> JSONResponse:

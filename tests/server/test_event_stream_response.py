@@ -1,0 +1,105 @@
+"""`EventStreamResponse`'s disconnect watcher, on both backends (on asyncio it is a bare task,
+on trio a task group's): a client that leaves, or whose connection fails, ends the stream and
+closes its body at once, and a stream that ends leaves no watcher behind."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from typing import Any
+
+import anyio
+import pytest
+import sniffio
+
+from streamfold.adapters.server._app import EventStreamResponse
+from streamfold.adapters.server._service import LastFrames
+
+pytestmark = pytest.mark.anyio
+
+
+class Body:
+    """A body that sends one frame, then waits for an engine that never answers (or ends at
+    once, with `endless=False`), and records its close."""
+
+    def __init__(self, *, endless: bool = True) -> None:
+        self.endless = endless
+        self.closed = False
+        self.sent = 0
+
+    def __aiter__(self) -> AsyncIterator[bytes]:
+        return self
+
+    async def __anext__(self) -> bytes:
+        self.sent += 1
+        if self.sent == 1:
+            return b"event: a\ndata: {}\n\n"
+        if not self.endless:
+            if self.sent == 2:
+                return LastFrames(b"event: b\ndata: {}\n\n")
+            raise StopAsyncIteration
+        await anyio.sleep_forever()
+        raise AssertionError
+
+    async def aclose(self) -> None:
+        self.closed = True
+
+
+def _tasks() -> int:
+    return len(asyncio.all_tasks()) if sniffio.current_async_library() == "asyncio" else 0
+
+
+async def _call(body: Body, receive: Any) -> list[dict[str, Any]]:
+    messages: list[dict[str, Any]] = []
+
+    async def send(message: dict[str, Any]) -> None:
+        messages.append(message)
+
+    with anyio.fail_after(5):  # the watcher ends the stream, not this limit
+        await EventStreamResponse(body)({"type": "http"}, receive, send)
+    return messages
+
+
+async def test_a_client_that_leaves_ends_the_stream_and_closes_its_body() -> None:
+    calls = 0
+
+    async def receive() -> dict[str, Any]:
+        nonlocal calls
+        calls += 1
+        if calls == 1:
+            return {"type": "http.request", "body": b"", "more_body": False}
+        await anyio.sleep(0.05)
+        return {"type": "http.disconnect"}
+
+    body = Body()
+    messages = await _call(body, receive)
+    assert body.closed and calls == 2
+    assert [m["type"] for m in messages] == ["http.response.start", "http.response.body"]
+
+
+async def test_a_connection_that_fails_ends_the_stream_and_closes_its_body() -> None:
+    """A receive that raises (a broken connection) ends the stream as a disconnect does; it
+    does not fail the request with an error nobody can read."""
+
+    async def receive() -> dict[str, Any]:
+        await anyio.sleep(0.05)
+        raise OSError("connection reset")
+
+    body = Body()
+    await _call(body, receive)
+    assert body.closed
+
+
+async def test_a_stream_that_ends_leaves_no_watcher_behind() -> None:
+    async def receive() -> dict[str, Any]:
+        await anyio.sleep_forever()
+        raise AssertionError
+
+    before = _tasks()
+    body = Body(endless=False)
+    messages = await _call(body, receive)
+    await anyio.sleep(0)  # the stopped watcher takes its cancellation
+    await anyio.sleep(0)
+    assert _tasks() == before
+    assert body.closed
+    assert messages[-1]["more_body"] is False
