@@ -202,7 +202,7 @@ class SQLiteEventStore:
 
         The common case is two `executemany` (batches rows, and the `responses` rows of the
         batches that change a response's lifecycle); only when SQLite refuses one of them is
-        the transaction redone batch by batch, each in a savepoint."""
+        the transaction rolled back and redone batch by batch, each in a savepoint."""
         errors: list[Exception | None] = []
         planned: list[tuple[Batch, _Known]] = []
         latest: dict[str, _Known] = {}  # a response may have two batches here
@@ -220,20 +220,20 @@ class SQLiteEventStore:
             return errors
         self._db.execute("BEGIN")
         try:
-            self._write_inputs()  # outside the savepoints: a refused batch keeps them
             try:
-                self._db.execute("SAVEPOINT fast")
+                self._write_inputs()
                 self._insert(planned)
-                self._db.execute("RELEASE fast")
                 written = [known for _, known in planned]
             except (sqlite3.Error, ValueError, OverflowError) as exc:
-                self._db.execute("ROLLBACK TO fast")
-                self._db.execute("RELEASE fast")
+                self._db.execute("ROLLBACK")
                 if fail:
-                    raise self._error(exc) from exc
+                    raise self._refusal(planned[0][0], exc) from exc
+                self._db.execute("BEGIN")
+                self._write_inputs()  # outside the savepoints: a refused batch keeps them
                 written = self._insert_each(planned, errors)
         except BaseException:
-            self._db.execute("ROLLBACK")
+            if self._db.in_transaction:
+                self._db.execute("ROLLBACK")
             raise
         self._db.execute("COMMIT")
         self._inputs.clear()
@@ -259,12 +259,25 @@ class SQLiteEventStore:
                 self._insert([(batch, new)])
             except (StoreError, sqlite3.Error, ValueError, OverflowError) as exc:
                 self._db.execute("ROLLBACK TO batch")
-                errors[slot] = self._error(exc)
+                errors[slot] = self._refusal(batch, exc)
                 failed.add(batch[0])
             else:
                 written.append(new)
             self._db.execute("RELEASE batch")
         return written
+
+    def _refusal(self, batch: Batch, exc: Exception) -> Exception:
+        """The error for a batch SQLite refused. A log's first batch (sequence number 0) was
+        taken for a new response without reading the store (`_advance`): when the id is
+        taken, the error is what reading it would have said."""
+        if isinstance(exc, sqlite3.IntegrityError) and batch[1][0].sequence_number == 0:
+            stored = self._stored(self._db, batch[0])
+            if stored is not None:
+                try:
+                    advance(batch[0], stored[1], batch[1], batch[2])
+                except StoreError as refused:
+                    return refused
+        return self._error(exc)
 
     def _error(self, exc: Exception) -> Exception:
         if isinstance(exc, StoreError):
@@ -278,10 +291,12 @@ class SQLiteEventStore:
         background: bool,
         known: _Known | None = None,
     ) -> _Known:
-        # The snapshot of a response this store is writing is in memory: no read per batch.
+        # The snapshot of a response this store is writing is in memory: no read per batch. A
+        # batch that begins a log (sequence number 0) is a new response's: no read either (if
+        # the id is taken after all, the insert fails on it and `_refusal` reads it then).
         if known is None:
             known = self._unfinished.get(response_id)
-        if known is None:
+        if known is None and records[0].sequence_number != 0:
             known = self._stored(self._db, response_id)
         if known is None:  # a new response: the next number (skipped if its batch fails)
             number, old = self._next_number, None

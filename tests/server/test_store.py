@@ -77,6 +77,9 @@ async def test_append_read_snapshot(store: EventStore) -> None:
         (LOG[:2], [LOG[3]], "without gaps"),
         (LOG[:2], [LOG[1]], "without gaps"),
         (LOG, [record(10)], "already ended"),
+        # A log begun again under an id already taken (ended, or still being written).
+        (LOG, LOG[:2], "at sequence number 10"),
+        (LOG[:4], LOG[:2], "at sequence number 4"),
     ],
 )
 async def test_out_of_order_appends_are_refused(
@@ -87,6 +90,35 @@ async def test_out_of_order_appends_are_refused(
         await store.append("resp_1", then)
     # The refused append left the log as it was.
     assert await store.read("resp_1") == first
+
+
+async def test_a_log_begun_again_under_a_taken_id_is_refused_alone(tmp_path: Path) -> None:
+    """The SQLite writer takes a log's first batch for a new response's without reading the
+    store: an id taken by an ended response, or by an unfinished one of an earlier server
+    (after a reopen), is refused with the error a read gives, in a group of batches too, where
+    it spares the others."""
+    path = tmp_path / "log.sqlite3"
+    first = SQLiteEventStore(path)
+    await first.append("resp_1", LOG)
+    await first.append("resp_2", LOG[:4])
+    first.close()
+    store = SQLiteEventStore(path)
+    try:
+        for taken, last in (("resp_1", 9), ("resp_2", 3)):
+            with pytest.raises(StoreError, match=f"at sequence number {last + 1} without gaps"):
+                await store.append(taken, LOG[:2])
+        errors = await store.append_many(
+            [("resp_3", LOG[:2], False), ("resp_2", LOG[:2], False), ("resp_2", LOG[2:4], False)]
+        )
+        assert [type(e) for e in errors] == [type(None), StoreError, StoreError]
+        assert "at sequence number 4" in str(errors[1])
+        assert await store.read("resp_3") == LOG[:2]
+        assert await store.read("resp_2") == LOG[:4]
+        assert await store.read("resp_1") == LOG
+        await store.append("resp_2", LOG[4:])  # the refusals left its log as it was
+        assert await store.read("resp_2") == LOG
+    finally:
+        store.close()
 
 
 async def test_inputs_are_kept_replaced_and_deleted_with_their_response(
