@@ -16,8 +16,8 @@ from __future__ import annotations
 
 import json
 import os  # the one environment read in statemachine/: at import, to pick an implementation
-from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from . import _items, _wire
 from ._grammar import ResponseState
@@ -26,7 +26,7 @@ from ._reducer import step as python_step
 from ._wire import json_line as python_json_line
 from ._wire import sse_event as python_sse_event
 
-__all__ = ["ACCELERATED", "event_text", "json_line", "sse_event", "step"]
+__all__ = ["ACCELERATED", "event_rows", "event_text", "json_line", "sse_event", "step"]
 
 # The fields the compiled step reads, in the order `configure` takes their positions.
 _STATE_FIELDS = (
@@ -125,3 +125,27 @@ def event_text(event: Any) -> str:
         except UnicodeEncodeError:  # a lone surrogate: `dumps` keeps it (the store refuses it)
             pass
     return _wire.dumps(event)
+
+
+_Row = TypeVar("_Row", bound=tuple[Any, ...])
+
+
+def _python_event_rows(events: Sequence[Any], row_type: type[_Row]) -> list[_Row]:
+    return [tuple.__new__(row_type, (e.sequence_number, e.type, event_text(e))) for e in events]
+
+
+def _compiled_event_rows() -> Callable[[Sequence[Any], type[_Row]], list[_Row]] | None:
+    if _compiled_functions is None or json_line is python_json_line:
+        return None
+    from . import _speedups
+
+    rows = getattr(_speedups, "event_rows", None)  # an extension built before it: see above
+    if rows is None:
+        return None
+    return lambda events, row_type: rows(events, row_type, _wire.dumps)
+
+
+#: `event_rows(events, row_type)`: `[row_type((e.sequence_number, e.type, event_text(e)))]`, in
+#: C where the extension is built (the per-event Python of that list costs as much as writing
+#: a delta's text). `row_type` is a NamedTuple of three fields; the server's log records.
+event_rows = _compiled_event_rows() or _python_event_rows

@@ -377,6 +377,10 @@ static PyMethodDef methods[] = {
     {"configure_json_line", speedups_configure_json_line, METH_VARARGS,
      "configure_json_line(python_json_line, line_specs)\n--\n\n"
      "Tell the compiled line writer the plain events' layouts (statemachine/_accel.py)."},
+    {"event_rows", speedups_event_rows, METH_VARARGS,
+     "event_rows(events, row_type, text_of)\n--\n\n"
+     "[row_type((e.sequence_number, e.type, text))]: each plain event's text is `json_line`'s "
+     "line without its newline, every other's is `text_of(e)`."},
     {"configure", configure, METH_VARARGS,
      "configure(python_step, ResponseState, OpenItem, HarmonyGrammar, content_phase, "
      "reasoning_kind, "

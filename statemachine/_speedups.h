@@ -9,5 +9,6 @@ PyObject *speedups_sse_event(PyObject *module, PyObject *event);
 PyObject *speedups_configure_sse(PyObject *module, PyObject *args);
 PyObject *speedups_json_line(PyObject *module, PyObject *event);
 PyObject *speedups_configure_json_line(PyObject *module, PyObject *args);
+PyObject *speedups_event_rows(PyObject *module, PyObject *args);
 
 #endif

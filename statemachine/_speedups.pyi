@@ -1,5 +1,5 @@
 # The compiled hot path of `step` (statemachine/_speedups.c); see statemachine/_accel.py.
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 def step(
@@ -25,3 +25,6 @@ def json_line(event: Any, /) -> bytes: ...
 def configure_json_line(
     python_json_line: Callable[..., Any], line_specs: dict[type, Any], /
 ) -> None: ...
+def event_rows(
+    events: Sequence[Any], row_type: type[Any], text_of: Callable[[Any], str], /
+) -> list[Any]: ...

@@ -84,9 +84,10 @@ write_int(char *dst, long long value)
     return dst;
 }
 
-/* The frame of a plain event; NULL with no error set when the general path must write it. */
+/* The frame of a plain event as bytes, or (`as_text`) as a str without the frame's last byte
+ * (a JSON line's text); NULL with no error set when the general path must write it. */
 static PyObject *
-frame_plain(PyObject *event, PyObject *spec, const Framer *framer)
+frame_plain(PyObject *event, PyObject *spec, const Framer *framer, int as_text)
 {
     PyObject *head = PyTuple_GET_ITEM(spec, 0);
     PyObject *fields = PyTuple_GET_ITEM(spec, 1);
@@ -156,11 +157,14 @@ frame_plain(PyObject *event, PyObject *spec, const Framer *framer)
         goto done;
     }
 
-    result = PyBytes_FromStringAndSize(NULL, size);
-    if (result == NULL) {
+    /* Written here, then copied once into an object of the exact size (no resize). */
+    char stack[2048];
+    char *buffer = size <= (Py_ssize_t)sizeof(stack) ? stack : PyMem_Malloc(size);
+    if (buffer == NULL) {
+        PyErr_NoMemory();
         goto done;
     }
-    char *out = PyBytes_AS_STRING(result);
+    char *out = buffer;
     memcpy(out, PyBytes_AS_STRING(head), PyBytes_GET_SIZE(head));
     out += PyBytes_GET_SIZE(head);
     for (Py_ssize_t i = 0; i < n; i++) {
@@ -184,8 +188,10 @@ frame_plain(PyObject *event, PyObject *spec, const Framer *framer)
     }
     memcpy(out, framer->tail, framer->tail_size);
     out += framer->tail_size;
-    if (_PyBytes_Resize(&result, out - PyBytes_AS_STRING(result)) < 0) {
-        result = NULL;
+    result = as_text ? PyUnicode_DecodeUTF8(buffer, out - buffer - 1, "strict")
+                     : PyBytes_FromStringAndSize(buffer, out - buffer);
+    if (buffer != stack) {
+        PyMem_Free(buffer);
     }
 
 done:
@@ -207,7 +213,7 @@ frame_event(const Framer *framer, PyObject *event)
     }
     PyObject *spec = PyDict_GetItemWithError(framer->specs, (PyObject *)Py_TYPE(event));
     if (spec != NULL) {
-        PyObject *frame = frame_plain(event, spec, framer);
+        PyObject *frame = frame_plain(event, spec, framer, 0);
         if (frame != NULL || PyErr_Occurred()) {
             return frame;
         }
@@ -230,6 +236,76 @@ speedups_json_line(PyObject *module, PyObject *event)
 {
     (void)module;
     return frame_event(&line_framer, event);
+}
+
+static PyObject *sequence_number_name, *type_name;
+
+PyObject *
+speedups_event_rows(PyObject *module, PyObject *args)
+{
+    (void)module;
+    PyObject *events, *row_type, *text_of;
+    if (!PyArg_ParseTuple(args, "OO!O:event_rows", &events, &PyType_Type, &row_type, &text_of)) {
+        return NULL;
+    }
+    if (!PyType_IsSubtype((PyTypeObject *)row_type, &PyTuple_Type)) {
+        PyErr_SetString(PyExc_TypeError, "event_rows: the row type must be a NamedTuple");
+        return NULL;
+    }
+    if (line_framer.reference == NULL || sequence_number_name == NULL) {
+        PyErr_SetString(PyExc_RuntimeError,
+                        "streamfold.statemachine._speedups.event_rows used before json_line "
+                        "was configured");
+        return NULL;
+    }
+    PyObject *seq = PySequence_Fast(events, "event_rows: the events must be a sequence");
+    if (seq == NULL) {
+        return NULL;
+    }
+    Py_ssize_t n = PySequence_Fast_GET_SIZE(seq);
+    PyObject **items = PySequence_Fast_ITEMS(seq);
+    PyObject *rows = PyList_New(n);
+    if (rows == NULL) {
+        goto fail;
+    }
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *event = items[i];
+        PyObject *text = NULL;
+        PyObject *spec = PyDict_GetItemWithError(line_framer.specs, (PyObject *)Py_TYPE(event));
+        if (spec != NULL) {
+            text = frame_plain(event, spec, &line_framer, 1);
+        }
+        if (text == NULL) {
+            if (PyErr_Occurred()) {
+                goto fail;
+            }
+            text = PyObject_CallOneArg(text_of, event);
+            if (text == NULL) {
+                goto fail;
+            }
+        }
+        PyObject *number = PyObject_GetAttr(event, sequence_number_name);
+        PyObject *type = number == NULL ? NULL : PyObject_GetAttr(event, type_name);
+        PyObject *row = type == NULL ? NULL : ((PyTypeObject *)row_type)->tp_alloc(
+                                                  (PyTypeObject *)row_type, 3);
+        if (row == NULL) {
+            Py_XDECREF(number);
+            Py_XDECREF(type);
+            Py_DECREF(text);
+            goto fail;
+        }
+        PyTuple_SET_ITEM(row, 0, number);
+        PyTuple_SET_ITEM(row, 1, type);
+        PyTuple_SET_ITEM(row, 2, text);
+        PyList_SET_ITEM(rows, i, row);
+    }
+    Py_DECREF(seq);
+    return rows;
+
+fail:
+    Py_DECREF(seq);
+    Py_XDECREF(rows);
+    return NULL;
 }
 
 static PyObject *
@@ -255,5 +331,12 @@ PyObject *
 speedups_configure_json_line(PyObject *module, PyObject *args)
 {
     (void)module;
+    if (sequence_number_name == NULL) {
+        sequence_number_name = PyUnicode_InternFromString("sequence_number");
+        type_name = PyUnicode_InternFromString("type");
+        if (sequence_number_name == NULL || type_name == NULL) {
+            return NULL;
+        }
+    }
     return configure_framer(&line_framer, args, "OO!:configure_json_line");
 }

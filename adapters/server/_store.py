@@ -17,7 +17,7 @@ from typing import Any, NamedTuple, Protocol, runtime_checkable
 import attrs
 
 from streamfold.statemachine import TERMINAL_EVENT_TYPES, Event, StreamfoldError
-from streamfold.statemachine._accel import event_text
+from streamfold.statemachine._accel import event_rows
 
 __all__ = [
     "LIFECYCLE_EVENT_TYPES",
@@ -124,13 +124,10 @@ RECORD_TYPE = itemgetter(1)
 RECORD_DATA = itemgetter(2)
 
 
-_new = tuple.__new__  # a named tuple's own constructor, without its argument handling
-
-
 def records_of(events: Sequence[Event]) -> list[EventRecord]:
-    """The log records of events, each with `dumps`'s text (`event_text`: compiled for plain
-    events)."""
-    return [_new(EventRecord, (e.sequence_number, e.type, event_text(e))) for e in events]
+    """The log records of events, each with `dumps`'s text (`event_rows`: compiled, and the
+    plain events' text with it)."""
+    return event_rows(events, EventRecord)
 
 
 def last_lifecycle(records: Sequence[EventRecord]) -> EventRecord | None:

@@ -15,7 +15,7 @@ import os
 import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -244,6 +244,67 @@ def test_event_text_is_dumps_for_every_plain_event(cls: type, data: st.DataObjec
     }
     event = cls(**fields)
     assert event_text(event) == _wire.dumps(event)
+    assert _accel.event_rows([event], Row) == [_row(event)]
+
+
+class Row(NamedTuple):
+    """A row of `event_rows` (the server's `EventRecord` has this shape)."""
+
+    sequence_number: int
+    type: str
+    data: str
+
+
+def _row(event: Any) -> Row:
+    return Row(event.sequence_number, event.type, _wire.dumps(event))
+
+
+def test_event_rows_are_each_events_number_type_and_dumps() -> None:
+    """The server's log records of a batch (`event_rows`, compiled): for every golden trace,
+    one call on its whole stream (plain and lifecycle events, tuple or list) gives a row of the
+    given type per event, in order, with `dumps`'s text."""
+    goldens = sorted(Path(__file__).resolve().parents[2].glob("specs/traces/*.golden.jsonl"))
+    for path in goldens:
+        events = [_wire.loads(line) for line in path.read_text(encoding="utf-8").splitlines()]
+        rows = _accel.event_rows(events, Row)
+        assert rows == [_row(e) for e in events], path.name
+        assert {type(r) for r in rows} == {Row}
+        assert _accel.event_rows(tuple(events), Row) == rows
+    assert _accel.event_rows([], Row) == []
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "x" * 5000,  # past the writer's stack buffer
+        '"\\\n\x01' * 900 + "café 🎉" * 300,  # escapes and UTF-8 past it
+        "a\ud800" * 400,  # a lone surrogate: `dumps` keeps it
+    ],
+    ids=["ascii", "escapes-and-utf8", "surrogate"],
+)
+def test_long_texts_are_written_as_python_writes_them(text: str) -> None:
+    event = ResponseTextDeltaEvent(
+        sequence_number=1, item_id="msg_1", output_index=0, content_index=0, delta=text
+    )
+    assert _accel.event_rows([event], Row) == [_row(event)]
+    if "\ud800" not in text:
+        assert _accel.json_line(event) == _wire.json_line(event)
+        assert _accel.sse_event(event) == _wire.sse_event(event)
+
+
+@compiled
+def test_compiled_event_rows_refuse_what_is_not_a_sequence_or_a_named_tuple() -> None:
+    event = ResponseTextDeltaEvent(
+        sequence_number=1, item_id="msg_1", output_index=0, content_index=0, delta="a"
+    )
+    with pytest.raises(TypeError, match="sequence"):
+        _speedups.event_rows(5, Row, _wire.dumps)
+    with pytest.raises(TypeError, match="NamedTuple"):
+        _speedups.event_rows([event], list, _wire.dumps)
+    with pytest.raises(AttributeError):  # not an event: no sequence number
+        _speedups.event_rows([object()], Row, lambda e: "{}")
+    with pytest.raises(ZeroDivisionError):  # the fallback's own error
+        _speedups.event_rows([object()], Row, lambda e: 1 / 0)
 
 
 def test_event_text_keeps_a_lone_surrogate_as_dumps_does() -> None:
@@ -303,10 +364,21 @@ def test_compiled_frame_leaks_no_references() -> None:
     )
     watched = [event.item_id, event.delta, event.logprobs, event]
     before = [sys.getrefcount(value) for value in watched]
-    for _round in range(2000):
-        _speedups.sse_event(event)
-        _speedups.json_line(event)
-    assert [sys.getrefcount(value) for value in watched] == before
+    created = _events.ResponseCreatedEvent(sequence_number=0, response=new_response())
+    watched += [created, created.response]
+    _speedups.event_rows([event, created], Row, _wire.dumps)  # what `dumps` caches, once
+    # No collection inside: one would free earlier tests' garbage that holds the shared `()`.
+    gc.collect()
+    gc.disable()
+    try:
+        before = [sys.getrefcount(value) for value in watched]
+        for _round in range(2000):
+            _speedups.sse_event(event)
+            _speedups.json_line(event)
+            _speedups.event_rows([event, created], Row, _wire.dumps)
+        assert [sys.getrefcount(value) for value in watched] == before
+    finally:
+        gc.enable()
 
 
 @compiled
