@@ -51,7 +51,8 @@ class _Group:
     batches: list[Batch] = attrs.Factory(list)
     published: list[Published | None] = attrs.Factory(list)
     errors: list[Exception | None] = attrs.Factory(list)
-    done: anyio.Event = attrs.Factory(anyio.Event)
+    # Made by the first batch that joins the leader's: a group of one wakes nobody.
+    done: anyio.Event | None = None
 
 
 class LogWriter:
@@ -62,7 +63,8 @@ class LogWriter:
         # Checked once: isinstance against a runtime-checkable Protocol costs 10-25 us a call.
         self._batch_store = store if isinstance(store, BatchStore) else None
         self._open: _Group | None = None  # the group new batches join
-        self._committing: anyio.Event | None = None  # set when the commit under way ends
+        self._committing = False  # a commit is under way
+        self._committed: anyio.Event | None = None  # made by a leader that waits for it to end
 
     async def write(
         self,
@@ -87,6 +89,8 @@ class LogWriter:
             with anyio.CancelScope(shield=True):
                 await self._lead(group)
         else:
+            if group.done is None:
+                group.done = anyio.Event()
             await group.done.wait()
         error = group.errors[index]
         if error is not None:
@@ -95,13 +99,15 @@ class LogWriter:
     async def _lead(self, group: _Group) -> None:
         # One commit at a time: while one is under way, this group keeps gathering. (No other
         # leader can start meanwhile: every writer joins this group until it closes below.)
-        committing = None
+        committing = False
         try:
-            while self._committing is not None:
-                await self._committing.wait()
+            while self._committing:
+                if self._committed is None:
+                    self._committed = anyio.Event()
+                await self._committed.wait()
             await anyio.lowlevel.checkpoint()  # the other runs of this turn join
             self._open = None
-            committing = self._committing = anyio.Event()
+            committing = self._committing = True
             group.errors = await self._commit(group.batches)
             for (_, records, _), published, error in zip(
                 group.batches, group.published, group.errors, strict=True
@@ -115,10 +121,13 @@ class LogWriter:
             group.errors = [failure] * len(group.batches)
             raise
         finally:
-            if committing is not None:
-                self._committing = None
-                committing.set()
-            group.done.set()
+            if committing:
+                self._committing = False
+                waiting, self._committed = self._committed, None
+                if waiting is not None:
+                    waiting.set()
+            if group.done is not None:  # every batch that joined has made it
+                group.done.set()
 
     async def _commit(self, batches: Sequence[Batch]) -> list[Exception | None]:
         if self._batch_store is not None:

@@ -38,11 +38,11 @@ class Run:
     records: list[EventRecord] = attrs.Factory(list)
     base: int = 0  # the sequence number of records[0]
     event: str | None = None  # wire JSON of the latest lifecycle event
-    done: anyio.Event = attrs.Factory(anyio.Event)
     finished: bool = False
     scope: anyio.CancelScope | None = None
     stop_message: str = CLIENT_LEFT
     _changed: anyio.Event | None = None  # made only when someone waits: most runs have no follower
+    _ended: anyio.Event | None = None  # made only when someone waits for the end (cancel, delete)
 
     @property
     def end(self) -> int:
@@ -76,10 +76,18 @@ class Run:
             self._changed = anyio.Event()
         await self._changed.wait()
 
+    async def ended(self) -> None:
+        """Wait until the run has finished (at once if it has)."""
+        if not self.finished:
+            if self._ended is None:
+                self._ended = anyio.Event()
+            await self._ended.wait()
+
     def finish(self) -> None:
         self.finished = True
         self._wake()
-        self.done.set()
+        if self._ended is not None:
+            self._ended.set()
 
     def cancel(self, message: str) -> None:
         self.stop_message = message

@@ -415,7 +415,7 @@ class ResponseService:
             )
         if run is not None:
             run.cancel(CANCELLED)
-            await run.done.wait()
+            await run.ended()
             response = _response_of(run.event)
         return response
 
@@ -433,7 +433,7 @@ class ResponseService:
                     param="response_id",
                 )
             run.cancel(DELETED)
-            await run.done.wait()
+            await run.ended()
         elif run is None and await self.store.snapshot(response_id) is None:
             raise _not_found(response_id)
         self.live.pop(response_id, None)
