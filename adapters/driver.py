@@ -48,6 +48,7 @@ from streamfold.statemachine import (
     start,
     step,
 )
+from streamfold.statemachine._accel import step_ready
 from streamfold.statemachine._grammar import FinishReason, Grammar
 from streamfold.statemachine._servertools import NO_SERVER_TOOLS
 from streamfold.statemachine._sse import sse_frame
@@ -258,8 +259,17 @@ class Generation:
         refuses raises, after its chunk's earlier events were added."""
         state = self.state
         assert state is not None  # set by _start
+        if step_ready is not None and type(ready) is not list:
+            ready = list(ready)
         try:
-            for chunk in ready:
+            i, end = 0, len(ready)
+            while i < end:
+                if step_ready is not None:  # the run of plain text tokens from here, in C
+                    state, i = step_ready(state, ready, i, pending)
+                    if i == end:
+                        break
+                chunk = ready[i]
+                i += 1
                 ids = chunk.token_ids
                 if len(ids) == 1 and chunk.logprobs is None and chunk.top_logprobs is None:
                     # An engine's usual chunk, one plain token: `step_chunk`'s loop for it,

@@ -26,7 +26,15 @@ from ._reducer import step as python_step
 from ._wire import json_line as python_json_line
 from ._wire import sse_event as python_sse_event
 
-__all__ = ["ACCELERATED", "event_rows", "event_text", "json_line", "sse_event", "step"]
+__all__ = [
+    "ACCELERATED",
+    "event_rows",
+    "event_text",
+    "json_line",
+    "sse_event",
+    "step",
+    "step_ready",
+]
 
 # The fields the compiled step reads, in the order `configure` takes their positions.
 _STATE_FIELDS = (
@@ -149,3 +157,19 @@ def _compiled_event_rows() -> Callable[[Sequence[Any], type[_Row]], list[_Row]] 
 #: C where the extension is built (the per-event Python of that list costs as much as writing
 #: a delta's text). `row_type` is a NamedTuple of three fields; the server's log records.
 event_rows = _compiled_event_rows() or _python_event_rows
+
+
+def _compiled_step_ready() -> Callable[[Any, list[Any], int, list[Any]], tuple[Any, int]] | None:
+    if _compiled_functions is None:
+        return None
+    from . import _speedups
+
+    return getattr(_speedups, "step_ready", None)  # an extension built before it: see above
+
+
+#: `step_ready(state, chunks, start, pending) -> (state, stop)`, compiled, or None: steps
+#: `chunks[start:]` while each is one plain text token (no logprobs, no finish reason), adding
+#: their events to `pending`, and stops at the first chunk it leaves to its caller (to step the
+#: general way: `step_chunk`, or `step` for a token that is not text). The same states and
+#: events as `step` per chunk, without a Python call per token.
+step_ready = _compiled_step_ready()

@@ -325,6 +325,80 @@ step(PyObject *module, PyObject *const *args, Py_ssize_t nargsf, PyObject *kwnam
     return PyObject_Vectorcall(python_step, args, nargsf, kwnames);
 }
 
+static PyObject *token_ids_name, *logprobs_name, *finish_reason_name;
+
+/* 1 when `chunk` is one token without logprobs or a finish reason (its `token_ids` in `*ids`,
+ * a new reference), else 0; -1 with an error set when an attribute cannot be read. */
+static int
+plain_chunk(PyObject *chunk, PyObject **ids)
+{
+    PyObject *names[3] = {logprobs_name, top_logprobs_name, finish_reason_name};
+    *ids = PyObject_GetAttr(chunk, token_ids_name);
+    if (*ids == NULL) {
+        return -1;
+    }
+    if (!PyTuple_CheckExact(*ids) || PyTuple_GET_SIZE(*ids) != 1) {
+        return 0;
+    }
+    for (int k = 0; k < 3; k++) {
+        PyObject *value = PyObject_GetAttr(chunk, names[k]);
+        if (value == NULL) {
+            return -1;
+        }
+        Py_DECREF(value);
+        if (value != Py_None) {
+            return 0;
+        }
+    }
+    return 1;
+}
+
+/* step_ready(state, chunks, start, pending) -> (state, stop): steps chunks[start:] for as long
+ * as each is one plain token (no logprobs, no finish reason) that takes the compiled text path,
+ * appending their events to `pending`. `stop` is the first chunk it left to the caller (one
+ * that is not such a token, or whose attributes raised: stepped again the general way, it
+ * raises there), or len(chunks). */
+static PyObject *
+step_ready(PyObject *module, PyObject *args)
+{
+    (void)module;
+    PyObject *state, *chunks, *pending;
+    Py_ssize_t i;
+    if (!PyArg_ParseTuple(args, "OO!nO!:step_ready", &state, &PyList_Type, &chunks, &i,
+                          &PyList_Type, &pending)) {
+        return NULL;
+    }
+    if (python_step == NULL) {
+        PyErr_SetString(PyExc_RuntimeError,
+                        "streamfold.statemachine._speedups.step_ready used before configure()");
+        return NULL;
+    }
+    Py_INCREF(state);
+    for (i = i < 0 ? 0 : i; i < PyList_GET_SIZE(chunks); i++) {
+        PyObject *ids = NULL;
+        int plain = plain_chunk(PyList_GET_ITEM(chunks, i), &ids);
+        PyObject *result = plain == 1 ? text_step(state, PyTuple_GET_ITEM(ids, 0)) : NULL;
+        Py_XDECREF(ids);
+        if (result == NULL) {
+            PyErr_Clear();  /* the caller steps this chunk, and meets the error itself */
+            break;
+        }
+        PyObject *events = PyTuple_GET_ITEM(result, 1);
+        int failed = 0;
+        for (Py_ssize_t j = 0; j < PyList_GET_SIZE(events) && !failed; j++) {
+            failed = PyList_Append(pending, PyList_GET_ITEM(events, j)) < 0;
+        }
+        if (failed) {
+            Py_DECREF(result);
+            Py_DECREF(state);
+            return NULL;
+        }
+        Py_SETREF(state, Py_NewRef(PyTuple_GET_ITEM(result, 0)));
+        Py_DECREF(result);
+    }
+    return Py_BuildValue("(Nn)", state, i);
+}
+
 /* Keep a strong reference to `value` in `*slot`, releasing what was there. */
 void
 speedups_take(PyObject **slot, PyObject *value)
@@ -365,6 +439,9 @@ static PyMethodDef methods[] = {
     {"step", (PyCFunction)(void (*)(void))step, METH_FASTCALL | METH_KEYWORDS,
      "step(state, token, logprob=None, top_logprobs=None)\n--\n\n"
      "`streamfold.statemachine.step` with its text-token hot path compiled."},
+    {"step_ready", step_ready, METH_VARARGS,
+     "step_ready(state, chunks, start, pending)\n--\n\n"
+     "Step the run of one-token text chunks from chunks[start] in C; returns (state, stop)."},
     {"sse_event", speedups_sse_event, METH_O,
      "sse_event(event)\n--\n\n"
      "`streamfold.statemachine.sse_event` with plain events written in C."},
@@ -401,8 +478,12 @@ PyInit__speedups(void)
     logprob_name = PyUnicode_InternFromString("logprob");
     top_logprobs_name = PyUnicode_InternFromString("top_logprobs");
     empty_bytes = PyBytes_FromStringAndSize(NULL, 0);
+    token_ids_name = PyUnicode_InternFromString("token_ids");
+    logprobs_name = PyUnicode_InternFromString("logprobs");
+    finish_reason_name = PyUnicode_InternFromString("finish_reason");
     if (text_bytes_name == NULL || logprob_name == NULL || top_logprobs_name == NULL
-        || empty_bytes == NULL) {
+        || empty_bytes == NULL || token_ids_name == NULL || logprobs_name == NULL
+        || finish_reason_name == NULL) {
         return NULL;
     }
     return PyModule_Create(&module_def);

@@ -17,6 +17,9 @@ def configure(
     item_positions: tuple[int, ...],
     /,
 ) -> None: ...
+def step_ready(
+    state: Any, chunks: list[Any], start: int, pending: list[Any], /
+) -> tuple[Any, int]: ...
 def sse_event(event: Any, /) -> bytes: ...
 def configure_sse(
     python_sse_event: Callable[..., Any], frame_specs: dict[type, Any], /

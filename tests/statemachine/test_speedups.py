@@ -21,6 +21,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from streamfold.engines import TokenChunk
 from streamfold.engines.vocab import harmony_encoding
 from streamfold.specs.strategies import HarmonyCompletion, harmony_completions
 from streamfold.statemachine import (
@@ -111,6 +112,106 @@ def test_compiled_step_equals_python_step_when_some_tokens_carry_logprobs(
         )
     )
     assert_same_fold(completion.tokens, logprobs)
+
+
+def _chunks(data: st.DataObject, tokens: Sequence[int]) -> list[TokenChunk]:
+    """`tokens` cut into chunks as engines send them: mostly one token each, some of several
+    or none, some with logprobs, and maybe a finish reason mid-way."""
+    chunks, i = [], 0
+    while i < len(tokens):
+        size = data.draw(st.sampled_from([1, 1, 1, 1, 2, 3, 0]))
+        ids = tuple(tokens[i : i + size])
+        i += size
+        logprobs = tuple(-0.5 for _ in ids) if data.draw(st.integers(0, 9)) == 0 else None
+        chunks.append(TokenChunk(token_ids=ids, logprobs=logprobs))
+    if chunks and data.draw(st.booleans()):
+        at = data.draw(st.integers(0, len(chunks) - 1))
+        chunks[at] = TokenChunk(token_ids=chunks[at].token_ids, finish_reason="length")
+    return chunks
+
+
+def _step_all(chunks: list[TokenChunk], compiled_run: bool) -> tuple[Any, ...]:
+    """`Generation._step_all` over `chunks` (from a started response): its result or error
+    type, the events it added, and the state it kept."""
+    from streamfold.adapters import driver
+
+    generation = driver.Generation(
+        None, None, GRAMMAR, new_response("resp_speed"), input_tokens=0  # type: ignore[arg-type]
+    )
+    pending = generation._start()
+    saved = driver.step_ready
+    driver.step_ready = saved if compiled_run else None
+    try:
+        outcome: Any = generation._step_all(list(chunks), pending)
+    except Exception as exc:  # a refused token: raised after the earlier chunks' events
+        outcome = type(exc)
+    finally:
+        driver.step_ready = saved
+    return outcome, [dumps(e) for e in pending], generation.state
+
+
+@compiled
+@PROPERTY
+@given(completion=harmony_completions(), data=st.data())
+def test_the_compiled_run_of_text_chunks_steps_as_the_python_loop_does(
+    completion: HarmonyCompletion, data: st.DataObject
+) -> None:
+    """The driver steps runs of one-token text chunks in C (`step_ready`) and the rest one
+    chunk at a time: the same events, finish, refusal and state as stepping every chunk in
+    Python, however the tokens are cut into chunks, with or without logprobs or a finish."""
+    chunks = _chunks(data, completion.tokens)
+    assert _step_all(chunks, True) == _step_all(chunks, False)
+
+
+@compiled
+@PROPERTY
+@given(
+    tokens=st.lists(
+        st.integers(0, VOCAB_SIZE - 1) | st.sampled_from(sorted(GRAMMAR.vocabulary.special_ids)),
+        max_size=60,
+    ),
+    data=st.data(),
+)
+def test_the_compiled_run_of_chunks_refuses_what_python_refuses(
+    tokens: list[int], data: st.DataObject
+) -> None:
+    chunks = _chunks(data, [GRAMMAR.vocabulary.id_of("<|channel|>"), *tokens])
+    assert _step_all(chunks, True) == _step_all(chunks, False)
+
+
+@compiled
+def test_step_ready_leaves_what_is_not_a_plain_text_chunk_to_its_caller() -> None:
+    header = harmony_encoding().encode("<|channel|>final<|message|>", allowed_special="all")
+    text = harmony_encoding().encode(" hello there")
+    state, _ = start(GRAMMAR, new_response("resp_speed"))
+    for token in header:
+        state, _ = _reducer.step(state, token)
+    plain = [TokenChunk(token_ids=(t,)) for t in text]
+    odd: list[Any] = [
+        TokenChunk(token_ids=(text[0],), logprobs=(-1.0,)),
+        TokenChunk(token_ids=(text[0],), finish_reason="stop"),
+        TokenChunk(token_ids=(text[0], text[1])),
+        TokenChunk(token_ids=()),
+        object(),  # no attributes at all: the caller's own step raises for it
+    ]
+    for chunk in odd:
+        pending: list[Any] = []
+        after, stop = _speedups.step_ready(state, [*plain, chunk, *plain], 0, pending)
+        assert stop == len(plain)
+        want, events = state, []
+        for c in plain:
+            want, produced = _reducer.step(want, c.token_ids[0])
+            events += produced
+        assert after == want and pending == events
+    watched = [state, *plain, odd[0]]
+    gc.collect()
+    before = [sys.getrefcount(value) for value in watched]
+    for _round in range(500):
+        _speedups.step_ready(state, [*plain, odd[0]], 0, [])
+    assert [sys.getrefcount(value) for value in watched] == before  # no leak
+    pending = []
+    assert _speedups.step_ready(state, plain, 1, pending)[1] == len(plain)
+    assert _speedups.step_ready(state, plain, len(plain) + 5, pending) == (state, len(plain) + 5)
 
 
 @compiled
