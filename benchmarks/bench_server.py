@@ -22,10 +22,14 @@ or `peer` (`vllm_peer_server.py`: Starlette, the openai SDK's pydantic events,
 `model_dump_json` per event, one body write per event); HTTP `h11` or `httptools` (uvicorn's
 parsers; streamfold's with its header timeout, as `serve` runs them); LOOP `asyncio` or
 `uvloop`. A bare name runs the stack `streamfold serve` uses (httptools and uvloop when
-installed). vLLM itself runs uvicorn with httptools and uvloop. Run from the repository root:
+installed). vLLM itself runs uvicorn with httptools and uvloop. By default each request has a
+connection of its own (`Connection: close`); `--keep-alive` gives each concurrent client one
+kept-alive connection for all its requests, as a client's connection pool does. Run from the
+repository root:
 
-    python benchmarks/bench_server.py [--concurrency 10 200] [--streams 400] [--rounds 2]
-        [--tokens 100] [--store sqlite|memory] [--contenders streamfold peer:httptools:uvloop]
+    python benchmarks/bench_server.py [--concurrency 10 200] [--streams 2000] [--rounds 3]
+        [--tokens 100] [--store sqlite|memory] [--keep-alive]
+        [--contenders streamfold peer:httptools:uvloop]
 """
 
 from __future__ import annotations
@@ -124,19 +128,30 @@ def free_port() -> int:
         return int(sock.getsockname()[1])
 
 
-async def one_stream(port: int, results: list[tuple[float, float, int]]) -> None:
-    """One `stream: true` request over a raw socket: a minimal HTTP/1.1 client, so the load
-    generator (on the same CPUs) costs far less than the server it measures."""
+def _request(keep_alive: bool) -> bytes:
     body = json.dumps({"model": "bench", "input": "hi", "stream": True}).encode()
-    request = (
+    connection = b"keep-alive" if keep_alive else b"close"
+    return (
         b"POST /v1/responses HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
-        b"Connection: close\r\nContent-Length: %d\r\n\r\n%s" % (len(body), body)
+        b"Connection: %s\r\nContent-Length: %d\r\n\r\n%s" % (connection, len(body), body)
     )
+
+
+def _result(received: bytes, t0: float, first: float | None) -> tuple[float, float, int]:
+    if not received.startswith(b"HTTP/1.1 200") or not received.endswith(b"0\r\n\r\n"):
+        raise RuntimeError(f"bad or cut-off response: {bytes(received[:200])!r}")
+    return (first or 0.0, time.perf_counter() - t0, received.count(b"\nevent: "))
+
+
+async def one_stream(port: int, results: list[tuple[float, float, int]]) -> None:
+    """One `stream: true` request over a raw socket of its own (`Connection: close`): a
+    minimal HTTP/1.1 client, so the load generator (on the same CPUs) costs far less than the
+    server it measures."""
     t0 = time.perf_counter()
     first = None
     received = bytearray()
     async with await anyio.connect_tcp("127.0.0.1", port) as stream:
-        await stream.send(request)
+        await stream.send(_request(keep_alive=False))
         try:
             while True:
                 received += await stream.receive(1 << 16)
@@ -144,12 +159,30 @@ async def one_stream(port: int, results: list[tuple[float, float, int]]) -> None
                     first = time.perf_counter() - t0
         except anyio.EndOfStream:
             pass
-    if not received.startswith(b"HTTP/1.1 200") or not received.endswith(b"0\r\n\r\n"):
-        raise RuntimeError(f"bad or cut-off response: {bytes(received[:200])!r}")
-    results.append((first or 0.0, time.perf_counter() - t0, received.count(b"\nevent: ")))
+    results.append(_result(received, t0, first))
 
 
-async def run_level(port: int, concurrency: int, streams: int, pid: int) -> dict[str, float]:
+async def kept_streams(port: int, count: int, results: list[tuple[float, float, int]]) -> None:
+    """`count` requests one after another on one kept-alive connection, as a client's
+    connection pool (the openai SDK's httpx) sends them: each response ends with the chunked
+    body's last chunk, `0\r\n\r\n`, after its terminal event."""
+    request = _request(keep_alive=True)
+    async with await anyio.connect_tcp("127.0.0.1", port) as stream:
+        for _ in range(count):
+            t0 = time.perf_counter()
+            first = None
+            received = bytearray()
+            await stream.send(request)
+            while not received.endswith(b"\r\n0\r\n\r\n"):
+                received += await stream.receive(1 << 16)
+                if first is None and b"event: " in received:
+                    first = time.perf_counter() - t0
+            results.append(_result(received, t0, first))
+
+
+async def run_level(
+    port: int, concurrency: int, streams: int, pid: int, keep_alive: bool = False
+) -> dict[str, float]:
     results: list[tuple[float, float, int]] = []
     await one_stream(port, [])  # warm up (trace loading, vocabulary)
     limiter = anyio.Semaphore(concurrency)
@@ -160,8 +193,17 @@ async def run_level(port: int, concurrency: int, streams: int, pid: int) -> dict
 
     t0, cpu0 = time.perf_counter(), cpu_seconds(pid)
     async with anyio.create_task_group() as tg:
-        for _ in range(streams):
-            tg.start_soon(bounded)
+        if keep_alive:  # one connection per concurrent client, each sending its share
+            for i in range(concurrency):
+                tg.start_soon(
+                    kept_streams,
+                    port,
+                    streams // concurrency + (i < streams % concurrency),
+                    results,
+                )
+        else:
+            for _ in range(streams):
+                tg.start_soon(bounded)
     cpu1 = cpu_seconds(pid)
     wall, user, system = time.perf_counter() - t0, cpu1[0] - cpu0[0], cpu1[1] - cpu0[1]
     events = sum(r[2] for r in results)
@@ -209,11 +251,19 @@ def start_server(
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--concurrency", type=int, nargs="+", default=[10, 200])
-    parser.add_argument("--streams", type=int, default=400, help="streams per level")
+    # 2000: with 400, streamfold's run of a level lasted under half a second, so one stall of
+    # the shared machine moved a round's rate by a third.
+    parser.add_argument("--streams", type=int, default=2000, help="streams per level")
     parser.add_argument("--tokens", type=int, default=100, help="text tokens per stream")
     parser.add_argument("--store", choices=("sqlite", "memory"), default="sqlite")
-    parser.add_argument("--rounds", type=int, default=2, help="interleaved rounds per level")
+    parser.add_argument("--rounds", type=int, default=3, help="interleaved rounds per level")
     parser.add_argument("--contenders", nargs="+", default=["streamfold", "peer:httptools:uvloop"])
+    parser.add_argument(
+        "--keep-alive",
+        action="store_true",
+        help="each concurrent client sends its requests on one kept-alive connection (as a "
+        "connection pool does) instead of a new connection per request",
+    )
     parser.add_argument("--json", action="store_true", help="print one JSON line per run")
     parser.add_argument("--serve", help=argparse.SUPPRESS)
     parser.add_argument("--traces", type=Path, help=argparse.SUPPRESS)
@@ -241,7 +291,7 @@ def main() -> None:
                 for _ in range(args.rounds):
                     for name, (proc, port) in servers.items():
                         streams = max(args.streams, level)
-                        row = anyio.run(run_level, port, level, streams, proc.pid)
+                        row = anyio.run(run_level, port, level, streams, proc.pid, args.keep_alive)
                         rows[name].append(row)
                         if args.json:
                             print(json.dumps({"contender": name, **row}))
