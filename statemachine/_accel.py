@@ -142,29 +142,28 @@ def _python_event_rows(events: Sequence[Any], row_type: type[_Row]) -> list[_Row
     return [tuple.__new__(row_type, (e.sequence_number, e.type, event_text(e))) for e in events]
 
 
-def _compiled_event_rows() -> Callable[[Sequence[Any], type[_Row]], list[_Row]] | None:
-    if _compiled_functions is None or json_line is python_json_line:
+def _extension(name: str) -> Any:
+    """The built extension's function `name`, or None: the Python path runs, or the build
+    predates the function (a worktree not rebuilt since; CI's build has them all, see
+    `test_ci_builds_the_extension`). Its writers are configured by `_compiled` above."""
+    if _compiled_functions is None:
         return None
     from . import _speedups
 
-    rows = getattr(_speedups, "event_rows", None)  # an extension built before it: see above
-    if rows is None:
-        return None
-    return lambda events, row_type: rows(events, row_type, _wire.dumps)
+    return getattr(_speedups, name, None)
+
+
+_compiled_rows = _extension("event_rows")
 
 
 #: `event_rows(events, row_type)`: `[row_type((e.sequence_number, e.type, event_text(e)))]`, in
 #: C where the extension is built (the per-event Python of that list costs as much as writing
 #: a delta's text). `row_type` is a NamedTuple of three fields; the server's log records.
-event_rows = _compiled_event_rows() or _python_event_rows
-
-
-def _compiled_step_ready() -> Callable[[Any, list[Any], int, list[Any]], tuple[Any, int]] | None:
-    if _compiled_functions is None:
-        return None
-    from . import _speedups
-
-    return getattr(_speedups, "step_ready", None)  # an extension built before it: see above
+event_rows: Callable[[Sequence[Any], type[_Row]], list[_Row]] = (
+    _python_event_rows
+    if _compiled_rows is None
+    else lambda events, row_type: _compiled_rows(events, row_type, _wire.dumps)
+)
 
 
 #: `step_ready(state, chunks, start, pending) -> (state, stop)`, compiled, or None: steps
@@ -172,4 +171,6 @@ def _compiled_step_ready() -> Callable[[Any, list[Any], int, list[Any]], tuple[A
 #: their events to `pending`, and stops at the first chunk it leaves to its caller (to step the
 #: general way: `step_chunk`, or `step` for a token that is not text). The same states and
 #: events as `step` per chunk, without a Python call per token.
-step_ready = _compiled_step_ready()
+step_ready: Callable[[Any, list[Any], int, list[Any]], tuple[Any, int]] | None = _extension(
+    "step_ready"
+)

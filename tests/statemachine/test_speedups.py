@@ -61,6 +61,10 @@ def test_ci_builds_the_extension() -> None:
         pytest.skip("only where the build is expected to compile (CI)")
     assert _speedups is not None
     assert _accel.ACCELERATED
+    # Every compiled function the server uses, not only the reducer's `step`.
+    assert _accel.json_line is _speedups.json_line
+    assert _accel.step_ready is _speedups.step_ready
+    assert _accel.event_rows is not _accel._python_event_rows
 
 
 def fold(
