@@ -247,7 +247,7 @@ def dumps(value: Any) -> str:
             return write(value)
         except Exception:  # `Defer`, or any surprise: the generic path decides
             pass
-    return json.dumps(to_wire(value), separators=(",", ":"), ensure_ascii=False)
+    return generic_dumps(value)
 
 
 def json_line(event: Event) -> bytes:
