@@ -117,11 +117,8 @@ class Writers:
         self.text: dict[type, Writer | None] = {}
         self.frames: dict[type, Callable[[Any], bytes] | None] = {}
 
-    def get(self, cls: type) -> Writer | None:
-        """The JSON writer of `cls`, or None where it has none (not an attrs class)."""
-        return self.text_of(cls)
-
     def text_of(self, cls: type) -> Writer | None:
+        """The JSON writer of `cls`, or None where it has none (not an attrs class)."""
         if cls not in self.text:
             made = self._build(cls, "{", "}", encode=False) if attrs.has(cls) else None
             self.text[cls] = made
@@ -260,8 +257,6 @@ class Writers:
         """Code for one field declared `tp` whose value is in `var`: lines that check it (and
         may compute its text), then its `%` format and argument: `%d` and the int itself, or
         `%s` and an expression giving its JSON text."""
-        if tp is str or _literal_of_str(tp):
-            return [], "%s", f"_escape({var})"  # raises TypeError (-> Defer) for a non-str
         if tp is int:
             return [f"if {var}.__class__ is not int: raise _Defer"], "%d", var
         lines, expr = self._expr(tp, var, namespace)
@@ -271,7 +266,7 @@ class Writers:
         """Lines checking the value in `var` (declared `tp`), and an expression of its text.
         The common types are written inline: a call per field costs as much as the writing."""
         if tp is str or _literal_of_str(tp):
-            return [], f"_escape({var})"
+            return [], f"_escape({var})"  # raises TypeError (-> Defer) for a non-str
         if tp is int:
             return [f"if {var}.__class__ is not int: raise _Defer"], f"repr({var})"
         if tp is bool:

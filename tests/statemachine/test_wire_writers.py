@@ -159,8 +159,12 @@ def instances(cls: type, wrong: bool = False) -> st.SearchStrategy[Any]:
 
 # --- the properties -----------------------------------------------------------------------------
 
+EVERY_CLASS = pytest.mark.parametrize(
+    "cls", EVENT_CLASSES + MODEL_CLASSES, ids=lambda cls: cls.__name__
+)
 
-@pytest.mark.parametrize("cls", EVENT_CLASSES + MODEL_CLASSES, ids=lambda cls: cls.__name__)
+
+@EVERY_CLASS
 @PROPERTY
 @given(data=st.data())
 def test_the_writer_writes_every_well_typed_value_as_the_generic_path(
@@ -169,14 +173,14 @@ def test_the_writer_writes_every_well_typed_value_as_the_generic_path(
     value = data.draw(instances(cls))
     expected = outcome(generic, value)
     assert outcome(dumps, value) == expected
-    write = _wire._WRITERS.get(cls)
+    write = _wire._WRITERS.text_of(cls)
     assert write is not None
     if expected[0] == "text":
         # No fall back: the writer itself wrote it (else this property would hold trivially).
         assert write(value) == expected[1]
 
 
-@pytest.mark.parametrize("cls", EVENT_CLASSES + MODEL_CLASSES, ids=lambda cls: cls.__name__)
+@EVERY_CLASS
 @PROPERTY
 @given(data=st.data())
 def test_a_wrong_typed_field_gets_the_generic_paths_text_or_error(
@@ -211,7 +215,7 @@ def test_reducer_events_with_logprobs_are_written_as_the_generic_path(
 @pytest.mark.parametrize("line", GOLDEN_LINES)
 def test_every_golden_event_is_written_by_its_writer_as_recorded(line: str) -> None:
     event = loads(line)
-    write = _wire._WRITERS.get(type(event))
+    write = _wire._WRITERS.text_of(type(event))
     assert write is not None
     assert dumps(event) == write(event) == generic(event) == line
 
@@ -251,7 +255,7 @@ def _delta(logprob: float, top: float) -> Any:
 )
 def test_floats_are_written_as_json_writes_them(logprob: float, text: str) -> None:
     event = _delta(logprob, logprob)
-    written = _wire._WRITERS.get(type(event))(event)  # type: ignore[misc]
+    written = _wire._WRITERS.text_of(type(event))(event)  # type: ignore[misc]
     assert written == generic(event)
     assert f'"logprob":{text},' in written and f'"logprob":{text}}}' in written
 
@@ -280,7 +284,7 @@ def test_ints_text_and_nulls_are_written_as_json_writes_them(
     changes: dict[str, Any], text: str
 ) -> None:
     event = EVENT_TYPES["response.created"](sequence_number=0, response=_response(**changes))
-    written = _wire._WRITERS.get(type(event))(event)  # type: ignore[misc]
+    written = _wire._WRITERS.text_of(type(event))(event)  # type: ignore[misc]
     assert written == generic(event) == dumps(event)
     assert text in written
 
@@ -288,7 +292,7 @@ def test_ints_text_and_nulls_are_written_as_json_writes_them(
 def test_non_str_dict_keys_are_written_as_json_writes_them() -> None:
     tool = _model.FunctionTool(name="f", parameters={1: 2, 1.5: 3, None: 4, float("nan"): 5})
     event = EVENT_TYPES["response.created"](sequence_number=0, response=_response(tools=(tool,)))
-    written = _wire._WRITERS.get(type(event))(event)  # type: ignore[misc]
+    written = _wire._WRITERS.text_of(type(event))(event)  # type: ignore[misc]
     assert written == generic(event)
     assert '"parameters":{"1":2,"1.5":3,"null":4,"NaN":5}' in written
 
@@ -309,7 +313,7 @@ def test_a_value_the_writer_does_not_cover_defers_to_the_generic_path(
 ) -> None:
     response = _response(**changes)
     with pytest.raises(Defer):
-        _wire._WRITERS.get(_model.Response)(response)  # type: ignore[misc]
+        _wire._WRITERS.text_of(_model.Response)(response)  # type: ignore[misc]
     assert dumps(response) == generic(response)
 
 
@@ -317,7 +321,7 @@ def test_a_value_the_writer_does_not_cover_defers_to_the_generic_path(
 def test_a_str_subclass_is_written_as_json_writes_a_str(value: str) -> None:
     # json's encoder escapes any str instance the same way; so does the writer, no fall back.
     response = _response(model=value, instructions=value)
-    written = _wire._WRITERS.get(_model.Response)(response)  # type: ignore[misc]
+    written = _wire._WRITERS.text_of(_model.Response)(response)  # type: ignore[misc]
     assert written == generic(response)
 
 
@@ -339,7 +343,7 @@ class CallerValue:
 def test_a_callers_attrs_class_is_written_as_the_generic_path() -> None:
     usage = _model.ResponseUsage(input_tokens=1, output_tokens=2, total_tokens=3)
     value = CallerValue(name="é\ud800", scores=(float("-inf"), 0.5, 2**70), usage=usage)
-    assert _wire._WRITERS.get(CallerValue) is not None
+    assert _wire._WRITERS.text_of(CallerValue) is not None
     assert dumps(value) == generic(value)
 
 
@@ -348,5 +352,5 @@ def test_a_class_whose_hints_do_not_resolve_has_no_writer_and_keeps_the_generic_
     class Local:
         x: Undefined  # type: ignore[name-defined]  # noqa: F821 - never resolvable
 
-    assert _wire._WRITERS.get(Local) is None
+    assert _wire._WRITERS.text_of(Local) is None
     assert outcome(dumps, Local(x=1)) == outcome(generic, Local(x=1))
