@@ -458,6 +458,10 @@ static PyMethodDef methods[] = {
      "event_rows(events, row_type, text_of)\n--\n\n"
      "[row_type((e.sequence_number, e.type, text))]: each plain event's text is `json_line`'s "
      "line without its newline, every other's is `text_of(e)`."},
+    {"row_frames", speedups_row_frames, METH_O,
+     "row_frames(rows)\n--\n\n"
+     "b''.join(f'event: {type}\\ndata: {data}\\n\\n'.encode() for _, type, data in rows): the SSE "
+     "frames of log rows, one bytes object."},
     {"configure", configure, METH_VARARGS,
      "configure(python_step, ResponseState, OpenItem, HarmonyGrammar, content_phase, "
      "reasoning_kind, "

@@ -10,5 +10,6 @@ PyObject *speedups_configure_sse(PyObject *module, PyObject *args);
 PyObject *speedups_json_line(PyObject *module, PyObject *event);
 PyObject *speedups_configure_json_line(PyObject *module, PyObject *args);
 PyObject *speedups_event_rows(PyObject *module, PyObject *args);
+PyObject *speedups_row_frames(PyObject *module, PyObject *rows);
 
 #endif

@@ -65,6 +65,7 @@ def test_ci_builds_the_extension() -> None:
     assert _accel.json_line is _speedups.json_line
     assert _accel.step_ready is _speedups.step_ready
     assert _accel.event_rows is not _accel._python_event_rows
+    assert _accel.row_frames is _speedups.row_frames
 
 
 def fold(
@@ -407,6 +408,53 @@ def test_compiled_event_rows_refuse_what_is_not_a_sequence_or_a_named_tuple() ->
         _speedups.event_rows([object()], Row, lambda e: "{}")
     with pytest.raises(ZeroDivisionError):  # the fallback's own error
         _speedups.event_rows([object()], Row, lambda e: 1 / 0)
+
+
+@given(
+    st.lists(
+        st.tuples(st.integers(0, 10**6), st.text(max_size=40), st.text(max_size=300)),
+        max_size=20,
+    )
+)
+def test_row_frames_are_the_python_frames(rows: list[tuple[int, str, str]]) -> None:
+    """The server's SSE bytes of a batch (`row_frames`, compiled): the Python f-string frames
+    byte for byte, for any text (UTF-8, escapes, lone surrogates: both raise)."""
+    try:
+        expected: bytes | None = _accel._python_row_frames([Row(*r) for r in rows])
+    except UnicodeEncodeError:
+        expected = None
+    if expected is None:
+        with pytest.raises(UnicodeEncodeError):
+            _accel.row_frames([Row(*r) for r in rows])
+    else:
+        assert _accel.row_frames([Row(*r) for r in rows]) == expected
+        assert _accel.row_frames(list(rows)) == expected  # plain tuples too
+
+
+def test_row_frames_of_every_golden_event_are_its_sse_frames() -> None:
+    goldens = sorted(Path(__file__).resolve().parents[2].glob("specs/traces/*.golden.jsonl"))
+    for path in goldens:
+        events = [_wire.loads(line) for line in path.read_text(encoding="utf-8").splitlines()]
+        frames = _accel.row_frames(_accel.event_rows(events, Row))
+        assert frames == b"".join(_wire.sse_event(e) for e in events), path.name
+
+
+@compiled
+def test_compiled_row_frames_refuse_what_is_not_a_list_of_rows_and_leak_nothing() -> None:
+    with pytest.raises(TypeError, match="list"):
+        _speedups.row_frames((Row(0, "a", "{}"),))
+    with pytest.raises(TypeError, match="tuple"):
+        _speedups.row_frames([Row(0, "a", "{}"), ["x"]])
+    with pytest.raises(TypeError, match="str"):
+        _speedups.row_frames([(0, b"a", "{}")])
+    data = "{" + "é" * 50 + "}"
+    rows = [Row(i, "response.output_text.delta", data) for i in range(3)]
+    before = sys.getrefcount(data)
+    for _ in range(100):
+        _speedups.row_frames(rows)
+        with pytest.raises(UnicodeEncodeError):
+            _speedups.row_frames([*rows, Row(3, "t", "\ud800")])
+    assert sys.getrefcount(data) == before
 
 
 def test_event_text_keeps_a_lone_surrogate_as_dumps_does() -> None:
