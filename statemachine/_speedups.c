@@ -333,7 +333,7 @@ static int
 plain_chunk(PyObject *chunk, PyObject **ids)
 {
     PyObject *names[3] = {logprobs_name, top_logprobs_name, finish_reason_name};
-    *ids = PyObject_GetAttr(chunk, token_ids_name);
+    *ids = speedups_slot_get(chunk, token_ids_name);
     if (*ids == NULL) {
         return -1;
     }
@@ -341,7 +341,7 @@ plain_chunk(PyObject *chunk, PyObject **ids)
         return 0;
     }
     for (int k = 0; k < 3; k++) {
-        PyObject *value = PyObject_GetAttr(chunk, names[k]);
+        PyObject *value = speedups_slot_get(chunk, names[k]);
         if (value == NULL) {
             return -1;
         }
@@ -397,6 +397,24 @@ step_ready(PyObject *module, PyObject *args)
         Py_DECREF(result);
     }
     return Py_BuildValue("(Nn)", state, i);
+}
+
+/* `getattr(obj, name)` read through the data descriptor (a slot) on obj's type, without the
+ * generic lookup's walk (about a fifth of its instructions); any other attribute, or a type
+ * with its own `__getattribute__`/`__getattr__`, the generic way. Data descriptors come first
+ * in the generic lookup too, so the value is the same. */
+PyObject *
+speedups_slot_get(PyObject *obj, PyObject *name)
+{
+    PyTypeObject *type = Py_TYPE(obj);
+    if (type->tp_getattro == PyObject_GenericGetAttr) {
+        PyObject *descr = _PyType_Lookup(type, name); /* borrowed */
+        if (descr != NULL && Py_TYPE(descr)->tp_descr_get != NULL
+            && Py_TYPE(descr)->tp_descr_set != NULL) {
+            return Py_TYPE(descr)->tp_descr_get(descr, obj, (PyObject *)type);
+        }
+    }
+    return PyObject_GetAttr(obj, name);
 }
 
 /* Keep a strong reference to `value` in `*slot`, releasing what was there. */

@@ -5,6 +5,7 @@
 #include <Python.h>
 
 void speedups_take(PyObject **slot, PyObject *value);
+PyObject *speedups_slot_get(PyObject *obj, PyObject *name);
 PyObject *speedups_sse_event(PyObject *module, PyObject *event);
 PyObject *speedups_configure_sse(PyObject *module, PyObject *args);
 PyObject *speedups_json_line(PyObject *module, PyObject *event);

@@ -395,6 +395,21 @@ def test_long_texts_are_written_as_python_writes_them(text: str) -> None:
         assert _accel.sse_event(event) == _wire.sse_event(event)
 
 
+@pytest.mark.parametrize("special", ['"', "\\", "\x00", "\x1f", "\n", " ", "\x7f", "é", "🎉"])
+def test_every_escape_is_written_wherever_it_falls_in_a_word(special: str) -> None:
+    """The compiled writer copies text 8 bytes at a time until a word may need an escape: at
+    every position around two words, each character that needs one (and neighbours that do
+    not) is written as `dumps` writes it."""
+    for position in range(18):
+        for filler in ("a", "é"):
+            delta = filler * position + special + "b" * (17 - position)
+            event = ResponseTextDeltaEvent(
+                sequence_number=1, item_id="msg_1", output_index=0, content_index=0, delta=delta
+            )
+            assert _accel.json_line(event) == _wire.json_line(event), (position, filler)
+            assert _accel.event_rows([event], Row) == [_row(event)]
+
+
 @compiled
 def test_compiled_event_rows_refuse_what_is_not_a_sequence_or_a_named_tuple() -> None:
     event = ResponseTextDeltaEvent(
