@@ -35,6 +35,7 @@ repository root:
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import socket
@@ -91,6 +92,7 @@ def serve(args: argparse.Namespace) -> None:
             ServerLimits,
             SQLiteEventStore,
             create_app,
+            serving_asyncio,
             tune_gc_for_serving,
             uvicorn_http,
         )
@@ -101,15 +103,17 @@ def serve(args: argparse.Namespace) -> None:
         parser = "auto" if http == "default" else http
         protocol = uvicorn_http(ServerLimits().header_timeout_s, parser)
         tune_gc_for_serving()  # as `streamfold serve` does before it serves
-    uvicorn.run(
-        app,
-        host="127.0.0.1",
-        port=args.port,
-        log_level="warning",
-        access_log=False,
-        **({} if protocol is None else {"http": protocol}),
-        **({} if loop == "default" else {"loop": loop}),
-    )
+    serving = contextlib.nullcontext() if server == "peer" else serving_asyncio()
+    with serving:  # as `streamfold serve` runs uvicorn
+        uvicorn.run(
+            app,
+            host="127.0.0.1",
+            port=args.port,
+            log_level="warning",
+            access_log=False,
+            **({} if protocol is None else {"http": protocol}),
+            **({} if loop == "default" else {"loop": loop}),
+        )
 
 
 def cpu_seconds(pid: int) -> tuple[float, float]:

@@ -184,6 +184,7 @@ def run_serve(args: argparse.Namespace) -> int:
         MemoryEventStore,
         SQLiteEventStore,
         create_app,
+        serving_asyncio,
         tune_gc_for_serving,
         uvicorn_http,
     )
@@ -233,7 +234,8 @@ def run_serve(args: argparse.Namespace) -> int:
             limit_concurrency=args.limit_concurrency,
         )
         tune_gc_for_serving()
-        uvicorn.Server(config).run(sockets=[sock])
+        with serving_asyncio():  # uvicorn runs its asyncio loop in this thread
+            uvicorn.Server(config).run(sockets=[sock])
     except StreamfoldError as exc:
         print(f"streamfold serve: {exc}", file=sys.stderr)
         return 2

@@ -17,7 +17,7 @@ from ..registry import (
     replay_engine,
 )
 from ._app import EventStreamResponse, create_app
-from ._gc import tune_gc_for_serving
+from ._gc import serving_asyncio, tune_gc_for_serving
 from ._http import Parser, uvicorn_http
 from ._limits import ServerLimits
 from ._prepare import Prepared
@@ -61,6 +61,7 @@ __all__ = [
     "parse_create_request",
     "render_prompt",
     "replay_engine",
+    "serving_asyncio",
     "stop_token_ids",
     "tune_gc_for_serving",
     "uvicorn_http",

@@ -4,14 +4,17 @@ engine built lazily inside the server's loop where it can."""
 from __future__ import annotations
 
 import argparse
+import asyncio
 import gc
 import importlib.util
 
+import anyio
 import pytest
+import sniffio
 
 from streamfold.adapters import server
 from streamfold.adapters.registry import ENGINES, EngineSetupError, LazySource
-from streamfold.adapters.server import tune_gc_for_serving
+from streamfold.adapters.server import serving_asyncio, tune_gc_for_serving
 from streamfold.adapters.server._gc import YOUNG_THRESHOLD
 from streamfold.cli import main
 from streamfold.engines import GenerationRequest, TokenChunk
@@ -78,13 +81,44 @@ def test_serve_closes_an_engine_that_has_close_when_the_server_stops(
         "replay",
         lambda args: Engine(source=ClosingSource(), grammar=lambda model: None),  # type: ignore[arg-type,return-value]
     )
-    monkeypatch.setattr(uvicorn.Server, "run", lambda *a, **k: None)
+    # uvicorn runs its loop inside `serving_asyncio`, in this thread.
+    libraries: list[str | None] = []
+    monkeypatch.setattr(
+        uvicorn.Server, "run", lambda *a, **k: libraries.append(sniffio.thread_local.name)
+    )
     # Serve tunes the collector (process-wide) before it serves: not this test process's.
     tuned: list[bool] = []
     monkeypatch.setattr(server, "tune_gc_for_serving", lambda: tuned.append(True))
     assert main(["serve", "--store", ":memory:", "--port", "0"]) == 0
     assert closed == [True]
     assert tuned == [True]
+    assert libraries == ["asyncio"]
+    assert sniffio.thread_local.name is None
+
+
+def test_serving_asyncio_answers_sniffio_at_once_and_restores_it() -> None:
+    """Inside, anyio finds asyncio without sniffio's `current_task()` probe (a `getpid`
+    system call each time on CPython 3.11); after, sniffio finds no library in this thread."""
+    probes: list[bool] = []
+
+    async def main() -> str:
+        real = asyncio.current_task
+        asyncio.current_task = lambda *a: probes.append(True) or real(*a)  # type: ignore[assignment]
+        try:
+            with anyio.CancelScope():
+                await anyio.sleep(0)
+            return sniffio.current_async_library()
+        finally:
+            asyncio.current_task = real  # type: ignore[assignment]
+
+    with serving_asyncio():
+        assert asyncio.run(main()) == "asyncio"
+    assert probes == []
+    assert sniffio.thread_local.name is None
+    with pytest.raises(sniffio.AsyncLibraryNotFoundError):
+        sniffio.current_async_library()
+    assert asyncio.run(main()) == "asyncio"
+    assert probes  # outside, sniffio probes the running task
 
 
 def test_tune_gc_for_serving_freezes_the_startup_heap_and_raises_the_young_threshold() -> None:
