@@ -6,6 +6,8 @@
 
 void speedups_take(PyObject **slot, PyObject *value);
 PyObject *speedups_slot_get(PyObject *obj, PyObject *name);
+PyObject *speedups_descr_get(PyObject *descr, PyObject *obj);
+int speedups_descr_set(PyObject *descr, PyObject *obj, PyObject *value);
 PyObject *speedups_sse_event(PyObject *module, PyObject *event);
 PyObject *speedups_configure_sse(PyObject *module, PyObject *args);
 PyObject *speedups_json_line(PyObject *module, PyObject *event);

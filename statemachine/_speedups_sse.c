@@ -136,7 +136,7 @@ frame_plain(PyObject *event, PyObject *spec, const Framer *framer, int as_text)
         if (kind == FIELD_LITERAL) {
             continue;
         }
-        PyObject *value = Py_TYPE(descr)->tp_descr_get(descr, event, (PyObject *)Py_TYPE(event));
+        PyObject *value = speedups_descr_get(descr, event);
         if (value == NULL) {
             goto done;
         }
