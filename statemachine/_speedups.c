@@ -119,25 +119,34 @@ plus(PyObject *number, long n)
     return PyLong_FromSsize_t(value + n);
 }
 
-/* The text-token step; returns NULL with no error set when the general path must run. */
-static PyObject *
-text_step(PyObject *state, PyObject *token)
+/* The text-token step's work, in two phases: everything that can fail is made first, then the
+ * state is changed, which cannot fail. With `in_place` (the caller holds the only reference to
+ * `state`, and `state` the only one to its open item: values nobody else can see) the two
+ * tuples are updated where they are; otherwise new ones are made, as `step` must. On success
+ * (1) `*new_state` is a new reference to the next state and `*event` the delta event or NULL
+ * (none for an empty piece of text); 0 with no error set when the general path must run;
+ * -1 with an error set. */
+static int
+text_step_core(PyObject *state, PyObject *token, int in_place, PyObject **new_state,
+               PyObject **event)
 {
+    *new_state = NULL;
+    *event = NULL;
     if (Py_TYPE(state) != state_type || !PyLong_CheckExact(token)) {
-        return NULL;
+        return 0;
     }
     if (PyTuple_GET_ITEM(state, S_FINISHED) != Py_False
         || PyTuple_GET_ITEM(state, S_PARSE) != content_phase) {
-        return NULL;
+        return 0;
     }
     PyObject *item = PyTuple_GET_ITEM(state, S_OPEN);
     if (Py_TYPE(item) != item_type) {
-        return NULL;
+        return 0;
     }
     PyObject *grammar = PyTuple_GET_ITEM(state, S_GRAMMAR);
     PyObject *table;
     if (Py_TYPE(grammar) != grammar_type) {
-        return NULL;
+        return 0;
     }
     if (grammar == last_grammar) {
         table = last_table;
@@ -147,27 +156,31 @@ text_step(PyObject *state, PyObject *token)
         table = PyObject_GetAttr(grammar, text_bytes_name);
         if (table == NULL) {
             PyErr_Clear();
-            return NULL;
+            return 0;
         }
         Py_INCREF(grammar);
         Py_XSETREF(last_grammar, grammar);
         Py_INCREF(table);
         Py_XSETREF(last_table, table);
     }
-    PyObject *result = NULL, *joined = NULL, *text = NULL, *new_item = NULL;
-    PyObject *new_state = NULL, *events = NULL;
+    int outcome = -1;
+    PyObject *joined = NULL, *text = NULL, *still_pending = NULL, *rope = NULL, *made = NULL;
+    PyObject *next_seq = NULL, *output_tokens = NULL, *reasoning_tokens = NULL;
     Py_ssize_t t = PyLong_AsSsize_t(token);
     if (t == -1 && PyErr_Occurred()) {
         PyErr_Clear();
-        goto general;
+        outcome = 0;
+        goto done;
     }
     if (!PyTuple_CheckExact(table) || t < 0 || t >= PyTuple_GET_SIZE(table)) {
-        goto general;
+        outcome = 0;
+        goto done;
     }
     PyObject *data = PyTuple_GET_ITEM(table, t);
     PyObject *pending = PyTuple_GET_ITEM(item, I_PENDING);
     if (!PyBytes_CheckExact(data) || !PyBytes_CheckExact(pending)) {
-        goto general;  /* a control token (None), or a value this path does not know */
+        outcome = 0;  /* a control token (None), or a value this path does not know */
+        goto done;
     }
 
     /* Decode the pending partial character and this token, up to the last whole character:
@@ -178,7 +191,7 @@ text_step(PyObject *state, PyObject *token)
     if (held > 0) {
         joined = PyBytes_FromStringAndSize(NULL, held + size);
         if (joined == NULL) {
-            goto error;
+            goto done;
         }
         memcpy(PyBytes_AS_STRING(joined), PyBytes_AS_STRING(pending), held);
         memcpy(PyBytes_AS_STRING(joined) + held, buf, size);
@@ -188,28 +201,22 @@ text_step(PyObject *state, PyObject *token)
     Py_ssize_t used = 0;
     text = PyUnicode_DecodeUTF8Stateful(buf, size, "replace", &used);
     if (text == NULL) {
-        goto error;
+        goto done;
     }
-
-    new_item = copy_tuple(item_type, item, I_LEN);
-    if (new_item == NULL) {
-        goto error;
-    }
-    PyObject *still_pending = used < size ? PyBytes_FromStringAndSize(buf + used, size - used)
-                                          : (Py_INCREF(empty_bytes), empty_bytes);
+    still_pending = used < size ? PyBytes_FromStringAndSize(buf + used, size - used)
+                                : Py_NewRef(empty_bytes);
     if (still_pending == NULL) {
-        goto error;
+        goto done;
     }
-    set_field(new_item, I_PENDING, still_pending);
 
     PyObject *kind = PyTuple_GET_ITEM(item, I_KIND);
     PyObject *seq = PyTuple_GET_ITEM(state, S_SEQ);
     long sent = 0;
     if (PyUnicode_GET_LENGTH(text) > 0) {
         PyObject *earlier = PyTuple_GET_ITEM(item, I_TEXT);
-        PyObject *rope = PyTuple_Pack(2, earlier, text);
+        rope = PyTuple_Pack(2, earlier, text);
         if (rope == NULL) {
-            goto error;
+            goto done;
         }
         /* A rope is a chain of (earlier, piece) tuples as long as the answer. CPython untracks a
          * tuple of untracked values only when a collection reaches it, and reaches this chain
@@ -220,75 +227,103 @@ text_step(PyObject *state, PyObject *token)
             && PyUnicode_CheckExact(text)) {
             PyObject_GC_UnTrack(rope);
         }
-        set_field(new_item, I_TEXT, rope);
         PyObject *spec = PyDict_GetItemWithError(delta_specs, kind);
         if (spec == NULL) {
             if (!PyErr_Occurred()) {
                 PyErr_Format(PyExc_RuntimeError, "no delta event for item kind %R", kind);
             }
-            goto error;
+            goto done;
         }
         if (spec != Py_None) {
-            PyObject *event = build_delta(spec, seq, PyTuple_GET_ITEM(item, I_ITEM_ID),
-                                          PyTuple_GET_ITEM(item, I_OUTPUT_INDEX), text);
-            if (event == NULL) {
-                goto error;
+            *event = build_delta(spec, seq, PyTuple_GET_ITEM(item, I_ITEM_ID),
+                                 PyTuple_GET_ITEM(item, I_OUTPUT_INDEX), text);
+            if (*event == NULL) {
+                goto done;
             }
-            events = PyList_New(1);
-            if (events == NULL) {
-                Py_DECREF(event);
-                goto error;
-            }
-            PyList_SET_ITEM(events, 0, event);  /* steals the event */
             sent = 1;
         }
-    }
-    if (events == NULL && (events = PyList_New(0)) == NULL) {
-        goto error;
     }
     int reasoning = kind == reasoning_kind;
     if (!reasoning && PyUnicode_Check(kind)) {
         reasoning = PyUnicode_Compare(kind, reasoning_kind) == 0;
     }
+    next_seq = plus(seq, sent);
+    output_tokens = next_seq == NULL ? NULL : plus(PyTuple_GET_ITEM(state, S_OUTPUT_TOKENS), 1);
+    reasoning_tokens = output_tokens == NULL
+                           ? NULL
+                           : plus(PyTuple_GET_ITEM(state, S_REASONING_TOKENS), reasoning);
+    if (reasoning_tokens == NULL) {
+        goto done;
+    }
+    PyObject *new_item;
+    if (in_place) {
+        new_item = item;
+        made = Py_NewRef(state);
+    }
+    else {
+        new_item = copy_tuple(item_type, item, I_LEN);
+        made = new_item == NULL ? NULL : copy_tuple(state_type, state, S_LEN);
+        if (made == NULL) {
+            Py_XDECREF(new_item);
+            goto done;
+        }
+        set_field(made, S_OPEN, new_item); /* steals the copy; releases its share of `item` */
+    }
 
-    new_state = copy_tuple(state_type, state, S_LEN);
-    if (new_state == NULL) {
-        goto error;
+    /* Nothing below can fail. */
+    set_field(new_item, I_PENDING, still_pending);
+    still_pending = NULL;
+    if (rope != NULL) {
+        set_field(new_item, I_TEXT, rope);
+        rope = NULL;
     }
-    PyObject *next_seq = plus(seq, sent);
-    PyObject *output_tokens = plus(PyTuple_GET_ITEM(state, S_OUTPUT_TOKENS), 1);
-    PyObject *reasoning_tokens = plus(PyTuple_GET_ITEM(state, S_REASONING_TOKENS), reasoning);
-    set_field(new_state, S_SEQ, next_seq);
-    set_field(new_state, S_OUTPUT_TOKENS, output_tokens);
-    set_field(new_state, S_REASONING_TOKENS, reasoning_tokens);
-    if (next_seq == NULL || output_tokens == NULL || reasoning_tokens == NULL) {
-        goto error;
-    }
-    Py_INCREF(new_item);
-    set_field(new_state, S_OPEN, new_item);
-    result = PyTuple_Pack(2, new_state, events);
-    if (result == NULL) {
-        goto error;
-    }
-    goto done;
+    set_field(made, S_SEQ, next_seq);
+    set_field(made, S_OUTPUT_TOKENS, output_tokens);
+    set_field(made, S_REASONING_TOKENS, reasoning_tokens);
+    next_seq = output_tokens = reasoning_tokens = NULL;
+    *new_state = made;
+    outcome = 1;
 
-general:
-    /* nothing made yet: the caller runs the Python step */
-    Py_DECREF(table);
-    return NULL;
-
-error:
-    /* result stays NULL with the error set; the caller reports it */
-    if (!PyErr_Occurred()) {
-        PyErr_NoMemory();
-    }
 done:
+    if (outcome != 1) {
+        Py_CLEAR(*event);
+        if (outcome < 0 && !PyErr_Occurred()) {
+            PyErr_NoMemory();
+        }
+    }
     Py_DECREF(table);
     Py_XDECREF(joined);
     Py_XDECREF(text);
-    Py_XDECREF(new_item);
-    Py_XDECREF(new_state);
-    Py_XDECREF(events);
+    Py_XDECREF(still_pending);
+    Py_XDECREF(rope);
+    Py_XDECREF(next_seq);
+    Py_XDECREF(output_tokens);
+    Py_XDECREF(reasoning_tokens);
+    return outcome;
+}
+
+/* The text-token step: (new state, events); NULL with no error set when the general path must
+ * run. */
+static PyObject *
+text_step(PyObject *state, PyObject *token)
+{
+    PyObject *new_state, *event;
+    int outcome = text_step_core(state, token, 0, &new_state, &event);
+    if (outcome <= 0) {
+        return NULL;
+    }
+    PyObject *events = event == NULL ? PyList_New(0) : PyList_New(1);
+    if (events == NULL) {
+        Py_DECREF(new_state);
+        Py_XDECREF(event);
+        return NULL;
+    }
+    if (event != NULL) {
+        PyList_SET_ITEM(events, 0, event); /* steals the event */
+    }
+    PyObject *result = PyTuple_Pack(2, new_state, events);
+    Py_DECREF(new_state);
+    Py_DECREF(events);
     return result;
 }
 
@@ -378,24 +413,28 @@ step_ready(PyObject *module, PyObject *args)
     for (i = i < 0 ? 0 : i; i < PyList_GET_SIZE(chunks); i++) {
         PyObject *ids = NULL;
         int plain = plain_chunk(PyList_GET_ITEM(chunks, i), &ids);
-        PyObject *result = plain == 1 ? text_step(state, PyTuple_GET_ITEM(ids, 0)) : NULL;
+        /* A state this loop made is held here alone, and its open item by it alone: the next
+         * token updates both in place instead of copying them (nobody else can see them). */
+        int in_place = Py_TYPE(state) == state_type && Py_REFCNT(state) == 1
+                       && Py_REFCNT(PyTuple_GET_ITEM(state, S_OPEN)) == 1;
+        PyObject *new_state = NULL, *event = NULL;
+        int outcome = plain == 1 ? text_step_core(state, PyTuple_GET_ITEM(ids, 0), in_place,
+                                                  &new_state, &event)
+                                 : -1;
         Py_XDECREF(ids);
-        if (result == NULL) {
+        if (outcome <= 0) {
             PyErr_Clear();  /* the caller steps this chunk, and meets the error itself */
             break;
         }
-        PyObject *events = PyTuple_GET_ITEM(result, 1);
-        int failed = 0;
-        for (Py_ssize_t j = 0; j < PyList_GET_SIZE(events) && !failed; j++) {
-            failed = PyList_Append(pending, PyList_GET_ITEM(events, j)) < 0;
+        Py_SETREF(state, new_state);
+        if (event != NULL) {
+            int failed = PyList_Append(pending, event) < 0;
+            Py_DECREF(event);
+            if (failed) {
+                Py_DECREF(state);
+                return NULL;
+            }
         }
-        if (failed) {
-            Py_DECREF(result);
-            Py_DECREF(state);
-            return NULL;
-        }
-        Py_SETREF(state, Py_NewRef(PyTuple_GET_ITEM(result, 0)));
-        Py_DECREF(result);
     }
     return Py_BuildValue("(Nn)", state, i);
 }

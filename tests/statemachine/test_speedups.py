@@ -222,6 +222,44 @@ def test_step_ready_leaves_what_is_not_a_plain_text_chunk_to_its_caller() -> Non
 
 
 @compiled
+def test_step_ready_changes_no_state_its_caller_can_see() -> None:
+    """After its first token, `step_ready` updates the states it made itself in place (the
+    loop holds the only reference to each, and each the only one to its open item): the
+    caller's state, its open item, and every state the caller got back from an earlier call
+    keep their values, down to each field's object. (The snapshot holds no reference to the
+    open item itself, which would hide a change made to it in place.)"""
+    header = harmony_encoding().encode("<|channel|>final<|message|>", allowed_special="all")
+    text = harmony_encoding().encode(" one two three four five six seven")
+    state, _ = start(GRAMMAR, new_response("resp_speed"))
+    for token in header:
+        state, _ = _reducer.step(state, token)
+    plain = [TokenChunk(token_ids=(t,)) for t in text]
+    open_at = type(state)._fields.index("open")
+
+    def fields(value: Any) -> tuple[list[Any], list[Any]]:
+        return [f for i, f in enumerate(value) if i != open_at], list(value.open)
+
+    def unchanged(value: Any, before: tuple[list[Any], list[Any]]) -> bool:
+        now = fields(value)
+        return all(a is b for a, b in zip(now[0] + now[1], before[0] + before[1], strict=True))
+
+    kept = []
+    for _round in range(3):
+        before = fields(state)
+        after, stop = _speedups.step_ready(state, plain, 0, [])
+        assert stop == len(plain)
+        assert unchanged(state, before)
+        kept.append((state, before))
+        state = after
+    assert all(unchanged(old, before) for old, before in kept)
+    want = kept[0][0]
+    for _round in range(3):
+        for c in plain:
+            want, _ = _reducer.step(want, c.token_ids[0])
+    assert state == want
+
+
+@compiled
 @PROPERTY
 @given(tokens=RANDOM_TOKENS)
 def test_compiled_step_equals_python_step_on_random_tokens(tokens: list[int]) -> None:
