@@ -118,8 +118,11 @@ frame_plain(PyObject *event, PyObject *spec, const Framer *framer, int as_text)
     if (n > MAX_PLAIN_FIELDS) {
         return NULL;
     }
-    PyObject *values[MAX_PLAIN_FIELDS] = {NULL};
-    PyObject *encoded[MAX_PLAIN_FIELDS] = {NULL};  /* UTF-8 of non-ASCII strings */
+    PyObject *values[MAX_PLAIN_FIELDS];
+    PyObject *encoded[MAX_PLAIN_FIELDS];  /* UTF-8 of non-ASCII strings */
+    for (Py_ssize_t i = 0; i < n; i++) {  /* only the fields used: no memset of the arrays */
+        values[i] = encoded[i] = NULL;
+    }
     long kinds[MAX_PLAIN_FIELDS];
     const char *text[MAX_PLAIN_FIELDS];
     Py_ssize_t text_size[MAX_PLAIN_FIELDS];
@@ -292,6 +295,10 @@ speedups_event_rows(PyObject *module, PyObject *args)
     if (rows == NULL) {
         goto fail;
     }
+    /* A batch is mostly deltas of one class: its `type` (fixed per plain class, as the frame's
+     * head is) and its number's descriptor are looked up once per run of that class. */
+    PyTypeObject *plain_class = NULL;
+    PyObject *plain_type = NULL, *number_descr = NULL;
     for (Py_ssize_t i = 0; i < n; i++) {
         PyObject *event = items[i];
         PyObject *text = NULL;
@@ -299,6 +306,7 @@ speedups_event_rows(PyObject *module, PyObject *args)
         if (spec != NULL) {
             text = frame_plain(event, spec, &line_framer, 1);
         }
+        int plain = text != NULL;
         if (text == NULL) {
             if (PyErr_Occurred()) {
                 goto fail;
@@ -308,8 +316,24 @@ speedups_event_rows(PyObject *module, PyObject *args)
                 goto fail;
             }
         }
-        PyObject *number = speedups_slot_get(event, sequence_number_name);
-        PyObject *type = number == NULL ? NULL : speedups_slot_get(event, type_name);
+        if (plain && Py_TYPE(event) != plain_class) {
+            Py_XSETREF(plain_type, speedups_slot_get(event, type_name));
+            number_descr = _PyType_Lookup(Py_TYPE(event), sequence_number_name); /* borrowed */
+            plain_class = plain_type == NULL ? NULL : Py_TYPE(event);
+            if (plain_type == NULL) {
+                Py_DECREF(text);
+                goto fail;
+            }
+        }
+        PyObject *number, *type;
+        if (plain && number_descr != NULL && Py_TYPE(number_descr)->tp_descr_get != NULL) {
+            number = speedups_descr_get(number_descr, event);
+            type = number == NULL ? NULL : Py_NewRef(plain_type);
+        }
+        else {
+            number = speedups_slot_get(event, sequence_number_name);
+            type = number == NULL ? NULL : speedups_slot_get(event, type_name);
+        }
         PyObject *row = type == NULL ? NULL : ((PyTypeObject *)row_type)->tp_alloc(
                                                   (PyTypeObject *)row_type, 3);
         if (row == NULL) {
@@ -324,11 +348,13 @@ speedups_event_rows(PyObject *module, PyObject *args)
         PyList_SET_ITEM(rows, i, row);
     }
     Py_DECREF(seq);
+    Py_XDECREF(plain_type);
     return rows;
 
 fail:
     Py_DECREF(seq);
     Py_XDECREF(rows);
+    Py_XDECREF(plain_type);
     return NULL;
 }
 
