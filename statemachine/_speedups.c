@@ -42,6 +42,10 @@ static PyObject *empty_bytes = NULL;
  * through one grammar, and the attribute lookup is a tenth of a text step. */
 static PyObject *last_grammar = NULL;
 static PyObject *last_table = NULL;
+/* The last item kind stepped and its entry in `delta_specs` (strong references; cleared by
+ * configure): the items of a response are few, their tokens many. */
+static PyObject *last_kind = NULL;
+static PyObject *last_spec = NULL;
 
 /* Field positions in ResponseState (S_) and OpenItem (I_), and their lengths. */
 static Py_ssize_t S_GRAMMAR, S_SEQ, S_OPEN, S_PARSE, S_OUTPUT_TOKENS, S_REASONING_TOKENS,
@@ -227,12 +231,16 @@ text_step_core(PyObject *state, PyObject *token, int in_place, PyObject **new_st
             && PyUnicode_CheckExact(text)) {
             PyObject_GC_UnTrack(rope);
         }
-        PyObject *spec = PyDict_GetItemWithError(delta_specs, kind);
+        PyObject *spec = kind == last_kind ? last_spec : PyDict_GetItemWithError(delta_specs, kind);
         if (spec == NULL) {
             if (!PyErr_Occurred()) {
                 PyErr_Format(PyExc_RuntimeError, "no delta event for item kind %R", kind);
             }
             goto done;
+        }
+        if (kind != last_kind) {
+            speedups_take(&last_kind, kind);
+            speedups_take(&last_spec, spec);
         }
         if (spec != Py_None) {
             *event = build_delta(spec, seq, PyTuple_GET_ITEM(item, I_ITEM_ID),
@@ -244,7 +252,8 @@ text_step_core(PyObject *state, PyObject *token, int in_place, PyObject **new_st
         }
     }
     int reasoning = kind == reasoning_kind;
-    if (!reasoning && PyUnicode_Check(kind)) {
+    if (!reasoning && PyUnicode_Check(kind)
+        && PyUnicode_GET_LENGTH(kind) == PyUnicode_GET_LENGTH(reasoning_kind)) {
         reasoning = PyUnicode_Compare(kind, reasoning_kind) == 0;
     }
     next_seq = plus(seq, sent);
@@ -531,6 +540,8 @@ configure(PyObject *module, PyObject *args)
     speedups_take(&content_phase, content);
     speedups_take(&reasoning_kind, kind);
     speedups_take(&delta_specs, specs);
+    speedups_take(&last_kind, NULL);
+    speedups_take(&last_spec, NULL);
     Py_RETURN_NONE;
 }
 

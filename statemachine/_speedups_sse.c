@@ -109,6 +109,32 @@ write_int(char *dst, long long value)
 
 /* The frame of a plain event as bytes, or (`as_text`) as a str without the frame's last byte
  * (a JSON line's text); NULL with no error set when the general path must write it. */
+/* The last layout written: its fields' kinds as C numbers and the size of its fixed parts (head
+ * and prefixes), read once per run of events of one class instead of once per event. Holds a
+ * strong reference to the spec, so the address cannot be reused by another. */
+static PyObject *layout_spec = NULL;
+static long layout_kinds[MAX_PLAIN_FIELDS];
+static Py_ssize_t layout_fixed;
+
+static int
+read_layout(PyObject *spec)
+{
+    PyObject *fields = PyTuple_GET_ITEM(spec, 1);
+    Py_ssize_t fixed = PyBytes_GET_SIZE(PyTuple_GET_ITEM(spec, 0));
+    for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(fields); i++) {
+        PyObject *field = PyTuple_GET_ITEM(fields, i);
+        long kind = PyLong_AsLong(PyTuple_GET_ITEM(field, 2));
+        if (kind == -1 && PyErr_Occurred()) {
+            return -1;
+        }
+        layout_kinds[i] = kind;
+        fixed += PyBytes_GET_SIZE(PyTuple_GET_ITEM(field, 0));
+    }
+    layout_fixed = fixed;
+    speedups_take(&layout_spec, spec);
+    return 0;
+}
+
 static PyObject *
 frame_plain(PyObject *event, PyObject *spec, const Framer *framer, int as_text)
 {
@@ -118,24 +144,26 @@ frame_plain(PyObject *event, PyObject *spec, const Framer *framer, int as_text)
     if (n > MAX_PLAIN_FIELDS) {
         return NULL;
     }
+    if (spec != layout_spec && read_layout(spec) < 0) {
+        return NULL;
+    }
+    const long *kinds = layout_kinds;
     PyObject *values[MAX_PLAIN_FIELDS];
     PyObject *encoded[MAX_PLAIN_FIELDS];  /* UTF-8 of non-ASCII strings */
     for (Py_ssize_t i = 0; i < n; i++) {  /* only the fields used: no memset of the arrays */
         values[i] = encoded[i] = NULL;
     }
-    long kinds[MAX_PLAIN_FIELDS];
     const char *text[MAX_PLAIN_FIELDS];
     Py_ssize_t text_size[MAX_PLAIN_FIELDS];
     long long number[MAX_PLAIN_FIELDS];
     PyObject *result = NULL;
     int general = 0;
-    Py_ssize_t size = PyBytes_GET_SIZE(head) + framer->tail_size;
+    Py_ssize_t size = layout_fixed + framer->tail_size;
 
     for (Py_ssize_t i = 0; i < n && !general; i++) {
         PyObject *field = PyTuple_GET_ITEM(fields, i);
         PyObject *descr = PyTuple_GET_ITEM(field, 1);
-        long kind = kinds[i] = PyLong_AsLong(PyTuple_GET_ITEM(field, 2));
-        size += PyBytes_GET_SIZE(PyTuple_GET_ITEM(field, 0));
+        long kind = kinds[i];
         if (kind == FIELD_LITERAL) {
             continue;
         }
@@ -298,11 +326,14 @@ speedups_event_rows(PyObject *module, PyObject *args)
     /* A batch is mostly deltas of one class: its `type` (fixed per plain class, as the frame's
      * head is) and its number's descriptor are looked up once per run of that class. */
     PyTypeObject *plain_class = NULL;
-    PyObject *plain_type = NULL, *number_descr = NULL;
+    PyObject *plain_type = NULL, *number_descr = NULL, *plain_spec = NULL;
     for (Py_ssize_t i = 0; i < n; i++) {
         PyObject *event = items[i];
         PyObject *text = NULL;
-        PyObject *spec = PyDict_GetItemWithError(line_framer.specs, (PyObject *)Py_TYPE(event));
+        PyObject *spec = Py_TYPE(event) == plain_class
+                             ? plain_spec
+                             : PyDict_GetItemWithError(line_framer.specs,
+                                                       (PyObject *)Py_TYPE(event));
         if (spec != NULL) {
             text = frame_plain(event, spec, &line_framer, 1);
         }
@@ -320,6 +351,7 @@ speedups_event_rows(PyObject *module, PyObject *args)
             Py_XSETREF(plain_type, speedups_slot_get(event, type_name));
             number_descr = _PyType_Lookup(Py_TYPE(event), sequence_number_name); /* borrowed */
             plain_class = plain_type == NULL ? NULL : Py_TYPE(event);
+            Py_XSETREF(plain_spec, Py_NewRef(spec));
             if (plain_type == NULL) {
                 Py_DECREF(text);
                 goto fail;
@@ -349,12 +381,14 @@ speedups_event_rows(PyObject *module, PyObject *args)
     }
     Py_DECREF(seq);
     Py_XDECREF(plain_type);
+    Py_XDECREF(plain_spec);
     return rows;
 
 fail:
     Py_DECREF(seq);
     Py_XDECREF(rows);
     Py_XDECREF(plain_type);
+    Py_XDECREF(plain_spec);
     return NULL;
 }
 
