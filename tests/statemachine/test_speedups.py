@@ -186,14 +186,19 @@ def test_the_compiled_run_of_chunks_refuses_what_python_refuses(
     assert _step_all(chunks, True) == _step_all(chunks, False)
 
 
-@compiled
-def test_step_ready_leaves_what_is_not_a_plain_text_chunk_to_its_caller() -> None:
+def _in_final_text(words: str) -> tuple[Any, list[int], list[TokenChunk]]:
+    """A state inside a final message, and `words` as tokens and as one-token chunks."""
     header = harmony_encoding().encode("<|channel|>final<|message|>", allowed_special="all")
-    text = harmony_encoding().encode(" hello there")
+    text = harmony_encoding().encode(words)
     state, _ = start(GRAMMAR, new_response("resp_speed"))
     for token in header:
         state, _ = _reducer.step(state, token)
-    plain = [TokenChunk(token_ids=(t,)) for t in text]
+    return state, text, [TokenChunk(token_ids=(t,)) for t in text]
+
+
+@compiled
+def test_step_ready_leaves_what_is_not_a_plain_text_chunk_to_its_caller() -> None:
+    state, text, plain = _in_final_text(" hello there")
     odd: list[Any] = [
         TokenChunk(token_ids=(text[0],), logprobs=(-1.0,)),
         TokenChunk(token_ids=(text[0],), finish_reason="stop"),
@@ -228,12 +233,7 @@ def test_step_ready_changes_no_state_its_caller_can_see() -> None:
     caller's state, its open item, and every state the caller got back from an earlier call
     keep their values, down to each field's object. (The snapshot holds no reference to the
     open item itself, which would hide a change made to it in place.)"""
-    header = harmony_encoding().encode("<|channel|>final<|message|>", allowed_special="all")
-    text = harmony_encoding().encode(" one two three four five six seven")
-    state, _ = start(GRAMMAR, new_response("resp_speed"))
-    for token in header:
-        state, _ = _reducer.step(state, token)
-    plain = [TokenChunk(token_ids=(t,)) for t in text]
+    state, _, plain = _in_final_text(" one two three four five six seven")
     open_at = type(state)._fields.index("open")
 
     def fields(value: Any) -> tuple[list[Any], list[Any]]:
