@@ -107,8 +107,6 @@ write_int(char *dst, long long value)
     return dst;
 }
 
-/* The frame of a plain event as bytes, or (`as_text`) as a str without the frame's last byte
- * (a JSON line's text); NULL with no error set when the general path must write it. */
 /* The last layout written: its fields' kinds as C numbers and the size of its fixed parts (head
  * and prefixes), read once per run of events of one class instead of once per event. Holds a
  * strong reference to the spec, so the address cannot be reused by another. */
@@ -120,21 +118,25 @@ static int
 read_layout(PyObject *spec)
 {
     PyObject *fields = PyTuple_GET_ITEM(spec, 1);
+    Py_ssize_t n = PyTuple_GET_SIZE(fields);
     Py_ssize_t fixed = PyBytes_GET_SIZE(PyTuple_GET_ITEM(spec, 0));
-    for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(fields); i++) {
+    long kinds[MAX_PLAIN_FIELDS];
+    for (Py_ssize_t i = 0; i < n; i++) {
         PyObject *field = PyTuple_GET_ITEM(fields, i);
-        long kind = PyLong_AsLong(PyTuple_GET_ITEM(field, 2));
-        if (kind == -1 && PyErr_Occurred()) {
-            return -1;
+        kinds[i] = PyLong_AsLong(PyTuple_GET_ITEM(field, 2));
+        if (kinds[i] == -1 && PyErr_Occurred()) {
+            return -1;  /* the cache keeps the last layout, whole */
         }
-        layout_kinds[i] = kind;
         fixed += PyBytes_GET_SIZE(PyTuple_GET_ITEM(field, 0));
     }
+    memcpy(layout_kinds, kinds, n * sizeof(long));
     layout_fixed = fixed;
     speedups_take(&layout_spec, spec);
     return 0;
 }
 
+/* The frame of a plain event as bytes, or (`as_text`) as a str without the frame's last byte
+ * (a JSON line's text); NULL with no error set when the general path must write it. */
 static PyObject *
 frame_plain(PyObject *event, PyObject *spec, const Framer *framer, int as_text)
 {
@@ -147,7 +149,11 @@ frame_plain(PyObject *event, PyObject *spec, const Framer *framer, int as_text)
     if (spec != layout_spec && read_layout(spec) < 0) {
         return NULL;
     }
-    const long *kinds = layout_kinds;
+    /* Copied before anything can run Python code (a descriptor, a collection's finalizer)
+     * that frames another layout and replaces the cache. */
+    long kinds[MAX_PLAIN_FIELDS];
+    memcpy(kinds, layout_kinds, n * sizeof(long));
+    Py_ssize_t fixed = layout_fixed;
     PyObject *values[MAX_PLAIN_FIELDS];
     PyObject *encoded[MAX_PLAIN_FIELDS];  /* UTF-8 of non-ASCII strings */
     for (Py_ssize_t i = 0; i < n; i++) {  /* only the fields used: no memset of the arrays */
@@ -158,7 +164,7 @@ frame_plain(PyObject *event, PyObject *spec, const Framer *framer, int as_text)
     long long number[MAX_PLAIN_FIELDS];
     PyObject *result = NULL;
     int general = 0;
-    Py_ssize_t size = layout_fixed + framer->tail_size;
+    Py_ssize_t size = fixed + framer->tail_size;
 
     for (Py_ssize_t i = 0; i < n && !general; i++) {
         PyObject *field = PyTuple_GET_ITEM(fields, i);
