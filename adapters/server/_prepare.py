@@ -9,7 +9,7 @@ that nothing is generated for a request that cannot be answered.
 from __future__ import annotations
 
 import json
-import uuid
+import secrets
 from collections.abc import Callable
 from typing import Any
 
@@ -47,7 +47,9 @@ class Prepared:
 
 
 def new_response_id() -> str:
-    return f"resp_{uuid.uuid4().hex}"
+    """`resp_` and 32 random hex digits (128 bits from the OS, as `uuid4` has 122 of): 0.64 µs,
+    against 2.17 for `uuid4().hex`, which builds a UUID object to print it."""
+    return f"resp_{secrets.token_hex(16)}"
 
 
 async def prepare(

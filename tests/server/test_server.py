@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import re
 import time
 
 import httpx
 import openai
 import pytest
 
+from streamfold.adapters.server._prepare import new_response_id
 from streamfold.engines.vocab import harmony_encoding
 
 from .conftest import Server
@@ -50,6 +52,13 @@ def test_create_stream_is_conformant_and_echoes_the_request(server: Server) -> N
 def test_each_response_gets_its_own_id(server: Server) -> None:
     ids = {server.client.responses.create(model="greeting", input="hi").id for _ in range(3)}
     assert len(ids) == 3
+    assert all(re.fullmatch(r"resp_[0-9a-f]{32}", i) for i in ids)
+
+
+def test_response_ids_are_32_random_hex_digits() -> None:
+    ids = {new_response_id() for _ in range(10_000)}
+    assert len(ids) == 10_000
+    assert all(re.fullmatch(r"resp_[0-9a-f]{32}", i) for i in ids)
 
 
 def test_stream_helper_final_response_holds_the_function_call(server: Server) -> None:
