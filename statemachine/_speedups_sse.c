@@ -355,7 +355,9 @@ speedups_event_rows(PyObject *module, PyObject *args)
         }
         if (plain && Py_TYPE(event) != plain_class) {
             Py_XSETREF(plain_type, speedups_slot_get(event, type_name));
-            number_descr = _PyType_Lookup(Py_TYPE(event), sequence_number_name); /* borrowed */
+            /* Held: `text_of` runs Python code between two events, which may change the class. */
+            Py_XSETREF(number_descr, Py_XNewRef(_PyType_Lookup(Py_TYPE(event),
+                                                               sequence_number_name)));
             plain_class = plain_type == NULL ? NULL : Py_TYPE(event);
             Py_XSETREF(plain_spec, Py_NewRef(spec));
             if (plain_type == NULL) {
@@ -388,6 +390,7 @@ speedups_event_rows(PyObject *module, PyObject *args)
     Py_DECREF(seq);
     Py_XDECREF(plain_type);
     Py_XDECREF(plain_spec);
+    Py_XDECREF(number_descr);
     return rows;
 
 fail:
@@ -395,6 +398,7 @@ fail:
     Py_XDECREF(rows);
     Py_XDECREF(plain_type);
     Py_XDECREF(plain_spec);
+    Py_XDECREF(number_descr);
     return NULL;
 }
 
