@@ -337,9 +337,9 @@ class SQLiteEventStore:
 
     def _read(self, response_id: str, after: int, limit: int | None) -> list[EventRecord]:
         # Each row holds at least one event: `limit` rows hold at least `limit` events. A row
-        # holds a whole batch (up to 64 coalesced chunks' events), so rows are read one at a
-        # time and reading stops once the page is full: fetching `limit` rows would hold 64x
-        # the page in memory for each follower's read.
+        # holds a whole batch (up to `MAX_BATCH_CHUNKS` coalesced chunks' events), so rows are
+        # read one at a time and reading stops once the page is full: fetching `limit` rows
+        # would hold that many times the page in memory for each follower's read.
         records: list[EventRecord] = []
         with self._read_lock:
             cursor = self._reader.execute(

@@ -48,6 +48,12 @@ pytestmark = pytest.mark.anyio
 
 RESPONSE = Response(id="resp_trace", created_at=1, model="trace", status="in_progress")
 TEXT_TOKENS = len(encode(LONG_ANSWER)) - 4  # less the header's three and <|return|>
+# Longer than two batches at the default cap: the cap, not the answer's end, cuts its batches.
+LONGER_ANSWER = (
+    "<|channel|>final<|message|>"
+    + " ".join(f"word{i}" for i in range(2 * MAX_BATCH_CHUNKS))
+    + "<|return|>"
+)
 
 
 def _plain_harmony(path: Path) -> bool:
@@ -132,8 +138,10 @@ def test_replay_streams_offer_the_readiness_hint() -> None:
 
 @pytest.mark.parametrize("cap", [1, 2, 5, MAX_BATCH_CHUNKS])
 async def test_ready_chunks_share_a_batch_never_more_than_the_cap(cap: int) -> None:
-    # LONG_ANSWER: one token per chunk, each text token one delta.
-    source = CountedSource(ReplaySource(make_trace(LONG_ANSWER)))
+    # LONGER_ANSWER: one token per chunk, each text token one delta.
+    source = CountedSource(ReplaySource(make_trace(LONGER_ANSWER)))
+    text_tokens = len(encode(LONGER_ANSWER)) - 4
+    assert text_tokens > 2 * cap
     batches = await batches_of(source, max_batch_chunks=cap)
     stream = source.streams[0]
     per_batch = [deltas(b) for b in batches]
@@ -143,7 +151,7 @@ async def test_ready_chunks_share_a_batch_never_more_than_the_cap(cap: int) -> N
     assert stream.taken[0] == cap, stream.taken
     assert all(1 + n <= cap for n in stream.taken[1:]), stream.taken
     assert max(per_batch) <= cap, per_batch
-    assert sum(per_batch) == TEXT_TOKENS
+    assert sum(per_batch) == text_tokens
     text_batches = [b for b in batches[1:-1] if deltas(b)]
     assert len(text_batches) <= math.ceil(sum(per_batch) / cap) + 1
     assert_conformant([e for b in batches for e in b])
