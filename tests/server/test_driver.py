@@ -208,7 +208,10 @@ async def test_source_abort_runs_even_though_its_consumer_was_cancelled() -> Non
 
 
 async def test_close_after_an_early_exit_gives_a_cancelled_terminal_event() -> None:
-    generation = Generation(ReplaySource(make_trace(LONG_ANSWER)), request(), grammar(), RESPONSE)
+    # Small batches: the consumer leaves after its first batches, before the answer's end.
+    generation = Generation(
+        ReplaySource(make_trace(LONG_ANSWER)), request(), grammar(), RESPONSE, max_batch_chunks=4
+    )
     sent = []
     async with contextlib.aclosing(generation.batches()) as batches:
         async for batch in batches:
