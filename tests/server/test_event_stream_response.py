@@ -103,3 +103,48 @@ async def test_a_stream_that_ends_leaves_no_watcher_behind() -> None:
     assert _tasks() == before
     assert body.closed
     assert messages[-1]["more_body"] is False
+
+
+async def _never_receive() -> dict[str, Any]:
+    await anyio.sleep_forever()
+    raise AssertionError
+
+
+async def test_a_body_runs_on_to_its_end_after_its_last_frames() -> None:
+    """After the write that ends the body, the body's generator finishes as it would on its
+    own (its cleanup runs, no GeneratorExit is thrown into it), so nothing is left to close."""
+    steps: list[str] = []
+
+    async def body() -> AsyncIterator[bytes]:
+        try:
+            yield b"event: a\ndata: {}\n\n"
+            yield LastFrames(b"event: b\ndata: {}\n\n")
+            steps.append("ran on")
+        except GeneratorExit:
+            steps.append("closed")
+            raise
+
+    messages = await _call(body(), _never_receive)  # type: ignore[arg-type]
+    assert steps == ["ran on"]
+    assert [(m["type"], m.get("more_body")) for m in messages] == [
+        ("http.response.start", None),
+        ("http.response.body", True),
+        ("http.response.body", False),
+    ]
+
+
+async def test_bytes_after_the_last_frames_are_not_sent_and_the_body_is_closed() -> None:
+    steps: list[str] = []
+
+    async def body() -> AsyncIterator[bytes]:
+        try:
+            yield LastFrames(b"event: b\ndata: {}\n\n")
+            yield b"event: late\ndata: {}\n\n"
+            steps.append("ran on")
+        finally:
+            steps.append("finally")
+
+    messages = await _call(body(), _never_receive)  # type: ignore[arg-type]
+    assert steps == ["finally"]
+    assert [m.get("body") for m in messages[1:]] == [b"event: b\ndata: {}\n\n"]
+    assert messages[-1]["more_body"] is False
