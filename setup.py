@@ -10,7 +10,11 @@ setup(
     ext_modules=[
         Extension(
             "streamfold.statemachine._speedups",
-            sources=["statemachine/_speedups.c", "statemachine/_speedups_sse.c"],
+            sources=[
+                "statemachine/_speedups.c",
+                "statemachine/_speedups_sse.c",
+                "statemachine/_speedups_rows.c",
+            ],
             depends=["statemachine/_speedups.h"],
             optional=True,
         )

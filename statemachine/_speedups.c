@@ -1,6 +1,7 @@
 /* The reducer's hot path, compiled: one token of text inside an open harmony item.
  *
- * The module's other half, the SSE frames of plain events, is `_speedups_sse.c`.
+ * The module's other parts: the SSE frames of plain events are `_speedups_sse.c`, and the log
+ * rows (their frames, and the stores' scans of a batch) `_speedups_rows.c`.
  *
  * Why this exists: `step` runs once per generated token. In Python its hot path (see
  * `HarmonyGrammar.feed` and `_items.grow`) costs 4-6 us per token, nearly all interpreter
@@ -572,6 +573,14 @@ static PyMethodDef methods[] = {
      "row_frames(rows)\n--\n\n"
      "b''.join(f'event: {type}\\ndata: {data}\\n\\n'.encode() for _, type, data in rows): the SSE "
      "frames of log rows, one bytes object."},
+    {"rows_numbered", speedups_rows_numbered, METH_VARARGS,
+     "rows_numbered(reference, rows, first)\n--\n\n"
+     "[row[0] for row in rows] == list(range(first, first + len(rows))), in one pass; "
+     "`reference(rows, first)` answers for rows it does not read itself."},
+    {"last_of_kinds", speedups_last_of_kinds, METH_VARARGS,
+     "last_of_kinds(reference, rows, kinds)\n--\n\n"
+     "The index of the last row whose type (row[1]) is in the frozenset `kinds`, or -1; "
+     "`reference(rows, kinds)` answers for rows it does not read itself."},
     {"configure", configure, METH_VARARGS,
      "configure(python_step, ResponseState, OpenItem, HarmonyGrammar, content_phase, "
      "reasoning_kind, "

@@ -30,13 +30,13 @@ import anyio
 from ._logwriter import Batch
 from ._sqlite_schema import open_layout
 from ._store import (
-    LIFECYCLE_EVENT_TYPES,
     RECORD_DATA,
     RECORD_TYPE,
     EventRecord,
     StoredResponse,
     StoreError,
     advance,
+    last_lifecycle,
 )
 
 __all__ = ["SQLiteEventStore", "StoreLockedError"]
@@ -327,7 +327,7 @@ class SQLiteEventStore:
             [
                 (number, new.id, new.background, new.finished, new.last_sequence_number, new.event)
                 for (_, records, _), (number, new) in planned
-                if not LIFECYCLE_EVENT_TYPES.isdisjoint(map(RECORD_TYPE, records))
+                if last_lifecycle(records) is not None
             ],
         )
 

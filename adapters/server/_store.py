@@ -17,12 +17,11 @@ from typing import Any, NamedTuple, Protocol, runtime_checkable
 import attrs
 
 from streamfold.statemachine import TERMINAL_EVENT_TYPES, Event, StreamfoldError
-from streamfold.statemachine._accel import event_rows
+from streamfold.statemachine._accel import event_rows, last_of_kinds, rows_numbered
 
 __all__ = [
     "LIFECYCLE_EVENT_TYPES",
     "RECORD_DATA",
-    "RECORD_SEQUENCE",
     "RECORD_TYPE",
     "EventRecord",
     "EventStore",
@@ -119,7 +118,6 @@ class InputStore(Protocol):
 
 
 #: A record's fields, for `map` over a batch (C speed: the server logs every event it sends).
-RECORD_SEQUENCE = itemgetter(0)
 RECORD_TYPE = itemgetter(1)
 RECORD_DATA = itemgetter(2)
 
@@ -132,26 +130,23 @@ def records_of(events: Sequence[Event]) -> list[EventRecord]:
 
 def last_lifecycle(records: Sequence[EventRecord]) -> EventRecord | None:
     """The batch's last lifecycle event (most batches, all deltas, have none)."""
-    if LIFECYCLE_EVENT_TYPES.isdisjoint(map(RECORD_TYPE, records)):
-        return None
-    return next(r for r in reversed(records) if r.type in LIFECYCLE_EVENT_TYPES)
+    last = last_of_kinds(records, LIFECYCLE_EVENT_TYPES)
+    return None if last < 0 else records[last]
 
 
 def advance(
     response_id: str, old: StoredResponse | None, records: Sequence[EventRecord], background: bool
 ) -> StoredResponse:
     """The snapshot after `records`; pure, shared by both stores. (The server calls it for
-    every batch it logs: the batch is read column by column, not record by record.)"""
+    every batch it logs: the batch is scanned in C where the extension is built.)"""
     last = -1 if old is None else old.last_sequence_number
-    if list(map(RECORD_SEQUENCE, records)) != list(range(last + 1, last + 1 + len(records))):
+    if not rows_numbered(records, last + 1):
         raise StoreError(
             f"events appended to {response_id} must continue its log at sequence number "
             f"{last + 1} without gaps; got {[r.sequence_number for r in records]}"
         )
     lifecycle = last_lifecycle(records)
-    finished = lifecycle is not None and not TERMINAL_EVENT_TYPES.isdisjoint(
-        map(RECORD_TYPE, records)
-    )
+    finished = lifecycle is not None and last_of_kinds(records, TERMINAL_EVENT_TYPES) >= 0
     if old is not None and old.finished:
         raise StoreError(f"response {response_id} already ended with its terminal event")
     if old is None and lifecycle is None:

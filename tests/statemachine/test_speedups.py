@@ -66,6 +66,8 @@ def test_ci_builds_the_extension() -> None:
     assert _accel.step_ready is _speedups.step_ready
     assert _accel.event_rows is not _accel._python_event_rows
     assert _accel.row_frames is _speedups.row_frames
+    assert _accel.rows_numbered.func is _speedups.rows_numbered  # type: ignore[attr-defined]
+    assert _accel.last_of_kinds.func is _speedups.last_of_kinds  # type: ignore[attr-defined]
 
 
 def fold(
