@@ -20,12 +20,13 @@ each event as its own body write whatever its engine had ready. Contenders are n
 `SERVER[:HTTP[:LOOP]]`: SERVER `streamfold` (the app `streamfold serve` runs, with `--store`)
 or `peer` (`vllm_peer_server.py`: Starlette, the openai SDK's pydantic events,
 `model_dump_json` per event, one body write per event); HTTP `h11` or `httptools` (uvicorn's
-parsers; streamfold's with its header timeout, as `serve` runs them); LOOP `asyncio` or
-`uvloop`. A bare name runs the stack `streamfold serve` uses (httptools and uvloop when
-installed). vLLM itself runs uvicorn with httptools and uvloop. By default each request has a
-connection of its own (`Connection: close`); `--keep-alive` gives each concurrent client one
-kept-alive connection for all its requests, as a client's connection pool does. Run from the
-repository root:
+parsers; streamfold's with its header timeout, as `serve` runs them), or `granian` (granian's
+embedded ASGI server in place of uvicorn, where granian is installed: `pip install granian`);
+LOOP `asyncio` or `uvloop`. A bare name runs the stack `streamfold serve` uses (httptools and
+uvloop when installed). vLLM itself runs uvicorn with httptools and uvloop. By default each
+request has a connection of its own (`Connection: close`); `--keep-alive` gives each concurrent
+client one kept-alive connection for all its requests, as a client's connection pool does. Run
+from the repository root:
 
     python benchmarks/bench_server.py [--concurrency 10 200] [--streams 2000] [--rounds 3]
         [--tokens 100] [--store sqlite|memory] [--keep-alive]
@@ -100,10 +101,13 @@ def serve(args: argparse.Namespace) -> None:
         store = MemoryEventStore() if args.store == "memory" else SQLiteEventStore(args.store_path)
         app = create_app(ReplayEngine(args.traces).engine(), store=store)
         # What `streamfold serve` runs: uvicorn's parser with the header timeout.
-        parser = "auto" if http == "default" else http
+        parser = "auto" if http in ("default", "granian") else http
         protocol = uvicorn_http(ServerLimits().header_timeout_s, parser)
         tune_gc_for_serving()  # as `streamfold serve` does before it serves
     serving = contextlib.nullcontext() if server == "peer" else serving_asyncio()
+    if http == "granian":
+        _serve_granian(app, args.port, loop, serving)
+        return
     with serving:  # as `streamfold serve` runs uvicorn
         uvicorn.run(
             app,
@@ -114,6 +118,31 @@ def serve(args: argparse.Namespace) -> None:
             **({} if protocol is None else {"http": protocol}),
             **({} if loop == "default" else {"loop": loop}),
         )
+
+
+def _serve_granian(app: Any, port: int, loop: str, serving: Any) -> None:
+    """The app on granian's embedded server (Rust HTTP, the app on this process's loop)."""
+    import asyncio
+
+    from granian.constants import Interfaces  # pip install granian
+    from granian.log import LogLevels
+    from granian.server.embed import Server
+
+    server = Server(
+        app,
+        address="127.0.0.1",
+        port=port,
+        interface=Interfaces.ASGI,
+        backlog=2048,  # uvicorn's
+        log_level=LogLevels.warning,
+    )
+    with serving:
+        if loop == "uvloop":
+            import uvloop
+
+            uvloop.run(server.serve())
+        else:
+            asyncio.run(server.serve())
 
 
 def cpu_seconds(pid: int) -> tuple[float, float]:
