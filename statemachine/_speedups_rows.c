@@ -107,23 +107,6 @@ speedups_row_frames(PyObject *module, PyObject *rows)
     return frames;
 }
 
-/* The rows as a list or tuple, borrowed into `*items`; 0 when they are neither. */
-static int
-rows_items(PyObject *rows, PyObject ***items, Py_ssize_t *n)
-{
-    if (PyList_CheckExact(rows)) {
-        *items = PySequence_Fast_ITEMS(rows);
-        *n = PyList_GET_SIZE(rows);
-        return 1;
-    }
-    if (PyTuple_CheckExact(rows)) {
-        *items = PySequence_Fast_ITEMS(rows);
-        *n = PyTuple_GET_SIZE(rows);
-        return 1;
-    }
-    return 0;
-}
-
 /* A row the scans read themselves: a tuple of at least two items, an exact int and a str. */
 static inline int
 plain_row(PyObject *row)
@@ -131,6 +114,29 @@ plain_row(PyObject *row)
     return PyTuple_Check(row) && PyTuple_GET_SIZE(row) >= 2
            && PyLong_CheckExact(PyTuple_GET_ITEM(row, 0))
            && PyUnicode_CheckExact(PyTuple_GET_ITEM(row, 1));
+}
+
+/* The rows, borrowed into `*items`, when they are a list or tuple of plain rows; else 0 (the
+ * scan's reference answers). */
+static int
+plain_rows(PyObject *rows, PyObject ***items, Py_ssize_t *n)
+{
+    if (PyList_CheckExact(rows)) {
+        *n = PyList_GET_SIZE(rows);
+    }
+    else if (PyTuple_CheckExact(rows)) {
+        *n = PyTuple_GET_SIZE(rows);
+    }
+    else {
+        return 0;
+    }
+    *items = PySequence_Fast_ITEMS(rows);
+    for (Py_ssize_t i = 0; i < *n; i++) {
+        if (!plain_row((*items)[i])) {
+            return 0;
+        }
+    }
+    return 1;
 }
 
 PyObject *
@@ -147,14 +153,9 @@ speedups_rows_numbered(PyObject *module, PyObject *args)
     long long first = PyLong_CheckExact(first_obj)
                           ? PyLong_AsLongLongAndOverflow(first_obj, &overflow)
                           : 0;
-    if (!PyLong_CheckExact(first_obj) || overflow || !rows_items(rows, &items, &n)
+    if (!PyLong_CheckExact(first_obj) || overflow || !plain_rows(rows, &items, &n)
         || first > LLONG_MAX - n) {  /* first + i must not overflow */
         return PyObject_CallFunctionObjArgs(reference, rows, first_obj, NULL);
-    }
-    for (Py_ssize_t i = 0; i < n; i++) {
-        if (!plain_row(items[i])) {
-            return PyObject_CallFunctionObjArgs(reference, rows, first_obj, NULL);
-        }
     }
     for (Py_ssize_t i = 0; i < n; i++) {
         long long number = PyLong_AsLongLongAndOverflow(PyTuple_GET_ITEM(items[i], 0), &overflow);
@@ -178,13 +179,8 @@ speedups_last_of_kinds(PyObject *module, PyObject *args)
     }
     PyObject **items;
     Py_ssize_t n;
-    if (!PyFrozenSet_CheckExact(kinds) || !rows_items(rows, &items, &n)) {
+    if (!PyFrozenSet_CheckExact(kinds) || !plain_rows(rows, &items, &n)) {
         return PyObject_CallFunctionObjArgs(reference, rows, kinds, NULL);
-    }
-    for (Py_ssize_t i = 0; i < n; i++) {
-        if (!plain_row(items[i])) {
-            return PyObject_CallFunctionObjArgs(reference, rows, kinds, NULL);
-        }
     }
     for (Py_ssize_t i = n - 1; i >= 0; i--) {
         int found = PySet_Contains(kinds, PyTuple_GET_ITEM(items[i], 1));
