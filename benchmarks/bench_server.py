@@ -100,9 +100,12 @@ def serve(args: argparse.Namespace) -> None:
 
         store = MemoryEventStore() if args.store == "memory" else SQLiteEventStore(args.store_path)
         app = create_app(ReplayEngine(args.traces).engine(), store=store)
-        # What `streamfold serve` runs: uvicorn's parser with the header timeout.
-        parser = "auto" if http in ("default", "granian") else http
-        protocol = uvicorn_http(ServerLimits().header_timeout_s, parser)
+        # What `streamfold serve` runs: uvicorn's parser with the header timeout (granian has
+        # its own HTTP layer).
+        parser = "auto" if http == "default" else http
+        protocol = (
+            None if http == "granian" else uvicorn_http(ServerLimits().header_timeout_s, parser)
+        )
         tune_gc_for_serving()  # as `streamfold serve` does before it serves
     serving = contextlib.nullcontext() if server == "peer" else serving_asyncio()
     if http == "granian":
