@@ -44,8 +44,8 @@ import torch
 from openai import AsyncOpenAI
 from serve_timeline import SUMMARY_HEADER, decompose, print_decomposition, summary_row
 
-from streamfold.adapters.server.prompt import render_prompt
-from streamfold.adapters.server.requests import parse_create_request
+from streamfold.adapters.formats import render_prompt
+from streamfold.adapters.protocol import parse_create_request
 from streamfold.engines import GenerationRequest, SamplingParams
 from streamfold.engines.native._steplog import STEP_LOG_ENV, StepLog, read_step_log
 from streamfold.engines.native.core import EngineCore

@@ -73,7 +73,7 @@ def _object_dict(value: Any, _: type) -> dict[str, object]:
 def strict_converter(**options: Any) -> cattrs.Converter:
     """A cattrs converter that reads JSON strictly: no `str()` of a number, no bool as an int,
     an object where an object is due. The wire format below and the server's request parsing
-    (`streamfold.adapters.server.requests`) are each one of these, with their own hooks added.
+    (`streamfold.adapters.protocol`) are each one of these, with their own hooks added.
     """
     converter = cattrs.Converter(**options)
     for kind, accepted in ((str, (str,)), (int, (int,)), (float, (int, float)), (bool, (bool,))):

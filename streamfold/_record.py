@@ -67,8 +67,8 @@ def _prompt_ids(args: argparse.Namespace) -> tuple[int, ...]:
                 f"--prompt-token-ids must be comma-separated integers, got "
                 f"{args.prompt_token_ids!r}"
             ) from exc
-    from streamfold.adapters.server.prompt import render_prompt
-    from streamfold.adapters.server.requests import parse_create_request
+    from streamfold.adapters.formats import render_prompt
+    from streamfold.adapters.protocol import parse_create_request
 
     body: dict[str, Any] = {"model": args.model, "input": args.prompt}
     if args.instructions:
@@ -193,7 +193,7 @@ def run_record(args: argparse.Namespace) -> int:
             return 2
     try:
         prompt = _prompt_ids(args)
-        from streamfold.adapters.server.prompt import stop_token_ids
+        from streamfold.adapters.formats import stop_token_ids
 
         request = GenerationRequest(
             request_id=f"rec-{uuid.uuid4().hex[:12]}",

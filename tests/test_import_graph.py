@@ -7,6 +7,10 @@
    functions count; `if TYPE_CHECKING:` imports do not, as they never run).
 3. Every name a module imports from another streamfold module is in that module's `__all__`,
    and every name an `__all__` lists exists (as anyio checks its own `__all__`s).
+4. Inside `adapters`, what two rooms share sits under both (issue 28): the protocol layer
+   (`adapters/protocol`: the request model, input items, tool parameters) imports neither the
+   server nor the agent loop, the chat formats (`adapters/formats`) import neither, and the
+   agent loop imports nothing of the server.
 
 The graph is read from the source with `ast`, so a lazy import that a test never reaches still
 counts.
@@ -136,6 +140,40 @@ def test_each_folder_imports_only_the_layers_below_it() -> None:
         and _layer(imp.target) not in ALLOWED[_layer(imp.source)]
     ]
     assert not wrong, "imports against the layering:\n" + "\n".join(map(repr, wrong))
+
+
+# Rooms of `adapters` and the rooms each must not import (imports inside functions count).
+FORBIDDEN: dict[str, set[str]] = {
+    "streamfold.adapters.protocol": {
+        "streamfold.adapters.server",
+        "streamfold.adapters.agent",
+        "streamfold.adapters.formats",
+    },
+    "streamfold.adapters.formats": {"streamfold.adapters.server", "streamfold.adapters.agent"},
+    "streamfold.adapters.agent": {"streamfold.adapters.server"},
+}
+
+
+def _inside(module: str, package: str) -> bool:
+    return module == package or module.startswith(package + ".")
+
+
+def test_shared_rooms_sit_under_the_server_and_the_agent_loop() -> None:
+    wrong = [
+        imp
+        for imp in IMPORTS
+        for room, forbidden in FORBIDDEN.items()
+        if _inside(imp.source, room) and any(_inside(imp.target, f) for f in forbidden)
+    ]
+    assert not wrong, "imports that run back up inside adapters:\n" + "\n".join(map(repr, wrong))
+
+
+def test_a_function_level_import_is_read(tmp_path: Path) -> None:
+    """The walk sees an import placed inside a function (how agent/ once reached server/)."""
+    path = tmp_path / "m.py"
+    path.write_text("def f():\n    from ..server.requests import CreateRequest\n")
+    found = list(_imports("streamfold.adapters.agent._m", path))
+    assert [i.target for i in found] == ["streamfold.adapters.server.requests"]
 
 
 def test_no_file_imports_itself_round_a_circle() -> None:

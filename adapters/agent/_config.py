@@ -11,19 +11,23 @@ gets a 400 naming the tool, before anything runs.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from typing import TYPE_CHECKING
 
 import attrs
 
+from ..protocol import (
+    CodeInterpreterParam,
+    CreateRequest,
+    McpApprovalRequestInput,
+    McpApprovalResponseInput,
+    McpCallInput,
+    McpParam,
+    RequestError,
+    WebSearchParam,
+)
 from ._browser import BrowserBackend, BrowserTool
-from ._input import McpApprovalRequestInput, McpApprovalResponseInput, McpCallInput
 from ._mcp import ApprovalFilter, McpServerConfig, McpTool
-from ._params import CodeInterpreterParam, McpParam, WebSearchParam
 from ._python import PythonTool
 from ._tool import ListedTool, Tool, ToolLimits
-
-if TYPE_CHECKING:
-    from ..server.requests import CreateRequest
 
 __all__ = ["AgentConfig", "AgentRun", "Approval", "prepare_agent"]
 
@@ -120,8 +124,6 @@ def _own_items(request: CreateRequest, own: int) -> Sequence[object]:
 
 
 def _approvals(request: CreateRequest, own: int, labels: set[str]) -> list[Approval]:
-    from ..server.requests import RequestError
-
     items = request.input if isinstance(request.input, tuple) else ()
     asked = {item.id: item for item in items if isinstance(item, McpApprovalRequestInput)}
     answered = {
@@ -165,8 +167,6 @@ def prepare_agent(request: CreateRequest, config: AgentConfig, own: int) -> Agen
     request names none. `own`: how many of `request.input`'s items are the body's own (the
     rest came with `previous_response_id`); approval responses count only there. Raises
     `RequestError` (400) naming the tool that cannot run here."""
-    from ..server.requests import RequestError
-
     if not request.server_tools:
         for i, item in enumerate(_own_items(request, own)):
             if isinstance(item, McpApprovalResponseInput):

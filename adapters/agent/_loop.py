@@ -29,7 +29,7 @@ server then closes the response with `close("abort", ...)`.
 from __future__ import annotations
 
 from collections.abc import AsyncGenerator, AsyncIterator, Callable, Iterator
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import anyio
 import attrs
@@ -56,20 +56,19 @@ from streamfold.statemachine import (
 )
 
 from ..driver import MAX_BATCH_CHUNKS, NO_FINISH, Generation, close_source
-from ._config import AgentRun
-from ._mcp import describe_error
-from ._render import (
+from ..formats import (
     call_channel,
     call_message,
     call_token,
     continuation,
     message_end_tokens,
+    render_prompt,
     tool_message,
 )
+from ..protocol import CreateRequest
+from ._config import AgentRun
+from ._mcp import describe_error
 from ._tool import ListedTool, ToolInfo, ToolResult, run_tool
-
-if TYPE_CHECKING:  # the server imports this module: its own modules load lazily here
-    from ..server.requests import CreateRequest
 
 __all__ = ["LIMIT_REASON", "AgentGeneration", "generation_for"]
 
@@ -333,8 +332,6 @@ class AgentGeneration:
 
     async def batches(self) -> AsyncGenerator[list[Event], None]:
         """The response's events, in batches (see the module docstring)."""
-        from ..server.prompt import render_prompt
-
         listed = await self._list()
         yield self._start(listed)
         namespaces = [

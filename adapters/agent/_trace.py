@@ -17,6 +17,8 @@ from typing import Any
 from streamfold.engines import GenerationRequest, SamplingParams, TokenChunk, TokenSource
 from streamfold.statemachine import Event
 
+from ..formats import stop_token_ids
+from ..protocol import input_items, parse_create_request
 from ._config import AgentConfig, prepare_agent
 from ._loop import AgentGeneration
 
@@ -72,10 +74,6 @@ async def record_agent_run(
     given, receives the run's events (what a server would have sent)."""
     from streamfold.adapters.grammars import grammar_for, response_for
     from streamfold.engines import dump_trace
-
-    from ..server._conversation import input_items
-    from ..server.prompt import stop_token_ids
-    from ..server.requests import parse_create_request
 
     request = parse_create_request(body)
     run = prepare_agent(request, config, len(input_items(body["input"])))

@@ -7,6 +7,8 @@ cost; serve the app with `uvicorn_http(limits.header_timeout_s)` as uvicorn's `h
 for the header timeout (httptools when installed, else h11; `Parser` names one).
 """
 
+from ..formats import render_prompt, stop_token_ids
+from ..protocol import CreateRequest, RequestError, parse_create_request
 from ..registry import (
     ENGINES,
     Engine,
@@ -31,8 +33,6 @@ from ._store import (
     StoredResponse,
     StoreError,
 )
-from .prompt import render_prompt, stop_token_ids
-from .requests import CreateRequest, RequestError, parse_create_request
 
 __all__ = [
     "ENGINES",

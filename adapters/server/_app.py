@@ -21,6 +21,7 @@ from starlette.routing import Route
 from starlette.types import Receive, Scope, Send
 
 from ..agent._config import AgentConfig
+from ..protocol import RequestError
 from ..registry import Engine
 from ._input_items import DEFAULT_LIMIT
 from ._limits import MAX_SAFE_INTEGER, ServerLimits, decode_body, read_body, shown
@@ -28,7 +29,6 @@ from ._prepare import Prepared
 from ._readiness import Readiness, health
 from ._service import LastFrames, ResponseService, ServiceNotRunningError
 from ._store import EventStore, MemoryEventStore
-from .requests import RequestError
 
 __all__ = ["EventStreamResponse", "create_app"]
 

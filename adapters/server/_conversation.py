@@ -17,34 +17,10 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from ..protocol import CARRIED_ITEM_TYPES, RequestError
 from ._store import EventStore, InputStore, StoredResponse
-from .requests import RequestError
 
-__all__ = [
-    "CARRIED_ITEM_TYPES",
-    "conversation_of",
-    "earlier_conversation",
-    "input_items",
-    "saved_input",
-]
-
-#: The output item types a following request sees again.
-CARRIED_ITEM_TYPES = frozenset(
-    {
-        "message",
-        "reasoning",
-        "function_call",
-        "mcp_call",
-        "mcp_list_tools",
-        "mcp_approval_request",
-        "code_interpreter_call",
-    }
-)
-
-
-def input_items(value: Any) -> list[Any]:
-    """A request's `input` as a list of items (a string is one user message)."""
-    return [{"role": "user", "content": value}] if isinstance(value, str) else list(value)
+__all__ = ["conversation_of", "earlier_conversation", "saved_input"]
 
 
 def saved_input(previous_id: str | None, items: list[Any]) -> Any:

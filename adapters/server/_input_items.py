@@ -13,26 +13,12 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from ..agent._input import AGENT_INPUT_TYPES
-from .requests import RequestError
+from ..protocol import AGENT_INPUT_TYPES, INPUT_ITEM_PREFIX, RequestError
 
 __all__ = ["DEFAULT_LIMIT", "input_item_page", "listed_items"]
 
 DEFAULT_LIMIT = 20
 MAX_LIMIT = 100
-
-_PREFIX = {
-    "message": "msg",
-    "function_call": "fc",
-    "function_call_output": "fco",
-    "reasoning": "rs",
-    "mcp_call": "mcp",
-    "mcp_list_tools": "mcpl",
-    "mcp_approval_request": "mcpr",
-    "mcp_approval_response": "mcpar",
-    "code_interpreter_call": "ci",
-    "web_search_call": "ws",
-}
 
 
 def _text_parts(content: Any, part_type: str) -> list[dict[str, Any]]:
@@ -88,7 +74,9 @@ def listed_items(response_id: str, items: list[dict[str, Any]]) -> list[dict[str
     """The stored input items as the API lists them, oldest first, each with an id."""
     base = response_id.removeprefix("resp_")
     return [
-        _listed(item, item.get("id") or f"{_PREFIX[item.get('type', 'message')]}_{base}_in{i}")
+        _listed(
+            item, item.get("id") or f"{INPUT_ITEM_PREFIX[item.get('type', 'message')]}_{base}_in{i}"
+        )
         for i, item in enumerate(items)
     ]
 

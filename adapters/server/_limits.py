@@ -18,7 +18,7 @@ from typing import Any
 
 import attrs
 
-from .requests import RequestError
+from ..protocol import RequestError
 
 __all__ = ["MAX_SAFE_INTEGER", "ServerLimits", "check_body", "decode_body", "read_body", "shown"]
 

@@ -20,14 +20,20 @@ from streamfold.statemachine import ReasoningConfig, Response
 from streamfold.statemachine._grammar import Grammar
 
 from ..agent._config import AgentConfig, AgentRun, prepare_agent
+from ..formats import stop_token_ids
+from ..protocol import (
+    CreateRequest,
+    RequestError,
+    input_items,
+    parse_create_request,
+    parse_input_items,
+)
 from ..registry import Engine, UnknownModelError
-from ._conversation import earlier_conversation, input_items, saved_input
+from ._conversation import earlier_conversation, saved_input
 from ._limits import ServerLimits, check_body
 from ._references import resolve_references
 from ._render import Renderer
 from ._store import EventStore
-from .prompt import stop_token_ids
-from .requests import CreateRequest, RequestError, parse_create_request, parse_input_items
 
 __all__ = ["Prepared", "new_response_id", "prepare"]
 

@@ -15,9 +15,9 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
+from ..protocol import RequestError
 from ._input_items import listed_items
 from ._store import EventStore, InputStore
-from .requests import RequestError
 
 __all__ = ["resolve_references"]
 

@@ -22,9 +22,9 @@ from multiprocessing.connection import Connection
 import anyio
 import anyio.to_thread
 
+from ..formats import render_prompt
+from ..protocol import CreateRequest, RequestError
 from ._limits import ServerLimits
-from .prompt import render_prompt
-from .requests import CreateRequest, RequestError
 
 __all__ = ["Renderer", "serve_renders"]
 

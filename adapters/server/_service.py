@@ -42,6 +42,7 @@ from streamfold.statemachine._grammar import FinishReason
 
 from ..agent._config import AgentConfig
 from ..agent._loop import AgentGeneration, generation_for
+from ..protocol import RequestError
 from ..registry import Engine
 from ._conversation import conversation_of
 from ._input_items import input_item_page, listed_items
@@ -52,7 +53,6 @@ from ._recovery import damaged_responses, end_interrupted
 from ._render import Renderer
 from ._run import CLIENT_LEFT, Run
 from ._store import EventRecord, EventStore, InputStore, StoreError, records_of
-from .requests import RequestError
 
 __all__ = ["CLIENT_LEFT", "LastFrames", "ResponseService", "Run", "ServiceNotRunningError"]
 

@@ -12,8 +12,8 @@ import pytest
 from streamfold.adapters.agent import AgentConfig, PythonTool, ToolInfo, ToolResult
 from streamfold.adapters.agent._config import prepare_agent
 from streamfold.adapters.agent._loop import AgentGeneration
-from streamfold.adapters.server.prompt import stop_token_ids
-from streamfold.adapters.server.requests import parse_create_request
+from streamfold.adapters.formats import stop_token_ids
+from streamfold.adapters.protocol import parse_create_request
 from streamfold.engines import GenerationRequest
 from streamfold.engines.vocab import load_harmony_vocabulary
 from streamfold.statemachine import HarmonyGrammar, Response, dumps, snapshot

@@ -7,14 +7,14 @@ import openai_harmony as h
 
 from streamfold.adapters.agent import McpTool, McpToolInfo, PythonTool
 from streamfold.adapters.agent._mcp import McpServerConfig
-from streamfold.adapters.agent._render import (
+from streamfold.adapters.formats import (
     call_channel,
     call_message,
     continuation,
+    render_prompt,
     tool_message,
 )
-from streamfold.adapters.server.prompt import render_prompt
-from streamfold.adapters.server.requests import parse_create_request
+from streamfold.adapters.protocol import parse_create_request
 from streamfold.engines.vocab import harmony_encoding
 
 

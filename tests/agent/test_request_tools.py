@@ -6,16 +6,18 @@ from typing import Any
 
 import pytest
 
-from streamfold.adapters.agent._input import McpApprovalResponseInput, McpCallInput
-from streamfold.adapters.agent._params import (
+from streamfold.adapters.protocol import (
     AllowedToolsFilter,
     ApprovalFilterParam,
     ApprovalToolNames,
     CodeInterpreterParam,
+    McpApprovalResponseInput,
+    McpCallInput,
     McpParam,
+    RequestError,
     WebSearchParam,
+    parse_create_request,
 )
-from streamfold.adapters.server.requests import RequestError, parse_create_request
 from streamfold.statemachine import FunctionTool
 
 MCP = {"type": "mcp", "server_label": "demo", "server_url": "http://127.0.0.1:1/mcp"}

@@ -649,7 +649,7 @@ def test_rendering_workers_do_not_run_the_embedding_script_again(tmp_path: Path)
         "import anyio\n"
         "from streamfold.adapters.server import ServerLimits\n"
         "from streamfold.adapters.server._render import Renderer\n"
-        "from streamfold.adapters.server.requests import parse_create_request\n"
+        "from streamfold.adapters.protocol import parse_create_request\n"
         "print('script ran', flush=True)\n"
         "renderer = Renderer(ServerLimits())\n"
         "request = parse_create_request({'model': 'm', 'input': 'hello ' * 2000})\n"

@@ -8,9 +8,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from streamfold.adapters.formats import _harmony_prompt as prompt_module
+from streamfold.adapters.formats._harmony_prompt import _harmony_render
 from streamfold.adapters.server import RequestError, parse_create_request, render_prompt
-from streamfold.adapters.server import prompt as prompt_module
-from streamfold.adapters.server.prompt import _harmony_render
 from streamfold.engines.vocab import harmony_encoding
 
 TOOL = {"type": "function", "name": "lookup", "parameters": {"type": "object", "properties": {}}}

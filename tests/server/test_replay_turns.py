@@ -13,11 +13,11 @@ from typing import Any
 import openai
 import pytest
 
+from streamfold.adapters.formats import render_prompt
+from streamfold.adapters.protocol import parse_create_request
 from streamfold.adapters.registry import ReplayEngine
 from streamfold.adapters.replay_turns import conversation_turn
 from streamfold.adapters.server import create_app
-from streamfold.adapters.server.prompt import render_prompt
-from streamfold.adapters.server.requests import parse_create_request
 from streamfold.engines.vocab import load_harmony_vocabulary
 
 from .helpers import GREETING, WEATHER_CALL, write_traces

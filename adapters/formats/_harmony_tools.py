@@ -2,7 +2,7 @@
 
 - The server-side tools go into the *system* message as namespaces (`## browser`,
   `## python`, one `## <server_label>` per MCP server), as gpt-oss was trained to see built-in
-  tools; client-side function tools stay in the developer message (`prompt.py`).
+  tools; client-side function tools stay in the developer message (`_harmony_prompt.py`).
 - A tool's result is a tool message: author the recipient the model addressed
   (`browser.search`, `python`, `<label>.<tool>`), `to=assistant`, on the channel the call was
   made on. Inside one response the loop appends the generated tokens (ending `<|call|>`) and
@@ -23,7 +23,7 @@ import openai_harmony as h
 
 from streamfold.engines.vocab import harmony_encoding
 
-from ._input import AgentInputItem, CodeInterpreterCallInput, McpCallInput
+from ..protocol import AgentInputItem, CodeInterpreterCallInput, McpCallInput
 
 __all__ = [
     "call_channel",

@@ -1,10 +1,10 @@
 """The request's server-side tools as typed values: `mcp`, `web_search_preview`, `code_interpreter`.
 
 Shapes follow openai-python's `response_create_params` tool types. The strict JSON converter of
-`adapters/requests.py` structures them (so a wrong type names its field, `tools[1].headers`),
-and `check_server_tools` adds the checks a type cannot say, each naming its `param`. Which of
-them this server can run (is the python tool enabled? is there a browser backend?) is the
-server's decision, made when the response is prepared (`_config.py`).
+`_parse.py` structures them (so a wrong type names its field, `tools[1].headers`), and
+`check_server_tools` adds the checks a type cannot say, each naming its `param`. Which of them
+this server can run (is the python tool enabled? is there a browser backend?) is the server's
+decision, made when the response is prepared (`agent/_config.py`).
 """
 
 from __future__ import annotations

@@ -7,7 +7,7 @@ conversation. Earlier assistant turns go on the `final` channel, earlier functio
 `commentary` addressed `to=functions.NAME`, and tool results come from `functions.NAME`.
 `system`/`developer` messages of `input` are folded into the developer instructions, since
 harmony has one system and one developer message per conversation. Server-side tools and the
-tool items of earlier responses are rendered by `agent/_render.py`.
+tool items of earlier responses are rendered by `_harmony_tools.py`.
 
 Speed: openai-harmony spends 0.2-0.7 ms in every render call, whatever its size (more than a
 100-token stream's events cost the server), while its plain text encoding takes microseconds.
@@ -31,14 +31,14 @@ import openai_harmony as h
 
 from streamfold.engines.vocab import harmony_encoding
 
-from ..agent._render import history_messages, with_server_tools
-from .requests import (
+from ..protocol import (
     CreateRequest,
     FunctionCallInput,
     FunctionCallOutputInput,
     MessageInput,
     ReasoningInput,
 )
+from ._harmony_tools import history_messages, with_server_tools
 
 __all__ = ["render_prompt", "stop_token_ids"]
 

@@ -16,6 +16,7 @@ __all__ = [
     "AGENT_INPUT_TYPES",
     "AgentInputItem",
     "CodeInterpreterCallInput",
+    "CodeInterpreterLogs",
     "McpApprovalRequestInput",
     "McpApprovalResponseInput",
     "McpCallInput",

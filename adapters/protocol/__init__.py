@@ -1,0 +1,100 @@
+"""The Responses protocol as typed values, under both the server and the agent loop.
+
+`parse_create_request` reads a `POST /v1/responses` body into a `CreateRequest` strictly
+(`RequestError` names the `param` a client got wrong); its input items (`_input.py`, the agent
+loop's in `_agent_input.py`) and server-side tool parameters (`_tools.py`) are typed here, as
+are the per-kind lists read from the reducer's kinds table (`_kinds.py`). No HTTP stack, no
+engine: `streamfold record` and the agent loop read requests with it as the server does.
+"""
+
+from ._agent_input import (
+    AGENT_INPUT_TYPES,
+    AgentInputItem,
+    CodeInterpreterCallInput,
+    CodeInterpreterLogs,
+    McpApprovalRequestInput,
+    McpApprovalResponseInput,
+    McpCallInput,
+    McpListToolsInput,
+    WebSearchCallInput,
+)
+from ._errors import RequestError
+from ._input import (
+    INPUT_ITEM_TYPES,
+    FunctionCallInput,
+    FunctionCallOutputInput,
+    InputItem,
+    MessageInput,
+    ReasoningInput,
+    ReasoningPart,
+    TextPart,
+    input_items,
+)
+from ._kinds import CARRIED_ITEM_TYPES, INPUT_ITEM_PREFIX
+from ._parse import parse_create_request, parse_input_items
+from ._request import (
+    INCLUDABLE,
+    LOGPROBS_INCLUDE,
+    MAX_TOP_LOGPROBS,
+    CreateRequest,
+    RequestTool,
+    ToolChoice,
+)
+from ._tools import (
+    SERVER_TOOL_TYPES,
+    AllowedTools,
+    AllowedToolsFilter,
+    ApprovalFilterParam,
+    ApprovalToolNames,
+    CodeInterpreterParam,
+    Container,
+    McpParam,
+    RequireApproval,
+    ServerToolParam,
+    WebSearchParam,
+    check_server_tools,
+)
+
+__all__ = [
+    "AGENT_INPUT_TYPES",
+    "CARRIED_ITEM_TYPES",
+    "INCLUDABLE",
+    "INPUT_ITEM_PREFIX",
+    "INPUT_ITEM_TYPES",
+    "LOGPROBS_INCLUDE",
+    "MAX_TOP_LOGPROBS",
+    "SERVER_TOOL_TYPES",
+    "AgentInputItem",
+    "AllowedTools",
+    "AllowedToolsFilter",
+    "ApprovalFilterParam",
+    "ApprovalToolNames",
+    "CodeInterpreterCallInput",
+    "CodeInterpreterLogs",
+    "CodeInterpreterParam",
+    "Container",
+    "CreateRequest",
+    "FunctionCallInput",
+    "FunctionCallOutputInput",
+    "InputItem",
+    "McpApprovalRequestInput",
+    "McpApprovalResponseInput",
+    "McpCallInput",
+    "McpListToolsInput",
+    "McpParam",
+    "MessageInput",
+    "ReasoningInput",
+    "ReasoningPart",
+    "RequestError",
+    "RequestTool",
+    "RequireApproval",
+    "ServerToolParam",
+    "TextPart",
+    "ToolChoice",
+    "WebSearchCallInput",
+    "WebSearchParam",
+    "check_server_tools",
+    "input_items",
+    "parse_create_request",
+    "parse_input_items",
+]

@@ -1,0 +1,109 @@
+"""A request's input items as typed values: messages, function calls and their outputs,
+reasoning, and the agent loop's items (`_agent_input.py`).
+
+Shapes follow openai-python's `response_input_item_param`. `INPUT_ITEM_TYPES` maps each wire
+`type` to its class; the converter (`_parse.py`) reads items by it.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal, TypeAlias
+
+import attrs
+
+from ._agent_input import AGENT_INPUT_TYPES, AgentInputItem
+
+__all__ = [
+    "INPUT_ITEM_TYPES",
+    "FunctionCallInput",
+    "FunctionCallOutputInput",
+    "InputItem",
+    "MessageInput",
+    "ReasoningInput",
+    "ReasoningPart",
+    "TextPart",
+    "input_items",
+]
+
+
+@attrs.frozen(kw_only=True)
+class TextPart:
+    """An `input_text` part, or an `output_text` part of an earlier assistant message."""
+
+    type: Literal["input_text", "output_text"]
+    text: str
+
+
+@attrs.frozen(kw_only=True)
+class MessageInput:
+    type: Literal["message"] = "message"
+    role: Literal["user", "system", "developer", "assistant"]
+    content: str | tuple[TextPart, ...]
+
+    @property
+    def text(self) -> str:
+        if isinstance(self.content, str):
+            return self.content
+        return "".join(part.text for part in self.content)
+
+
+@attrs.frozen(kw_only=True)
+class FunctionCallInput:
+    """A call the model made earlier (an item of a previous response's output)."""
+
+    type: Literal["function_call"]
+    call_id: str
+    name: str
+    arguments: str
+
+
+@attrs.frozen(kw_only=True)
+class FunctionCallOutputInput:
+    """The caller's result for an earlier `function_call`, matched by `call_id`."""
+
+    type: Literal["function_call_output"]
+    call_id: str
+    output: str | tuple[TextPart, ...]
+
+    @property
+    def text(self) -> str:
+        if isinstance(self.output, str):
+            return self.output
+        return "".join(part.text for part in self.output)
+
+
+@attrs.frozen(kw_only=True)
+class ReasoningPart:
+    type: Literal["reasoning_text", "summary_text"]
+    text: str
+
+
+@attrs.frozen(kw_only=True)
+class ReasoningInput:
+    """A reasoning item of a previous response, passed back in a tool-calling loop."""
+
+    type: Literal["reasoning"]
+    content: tuple[ReasoningPart, ...] | None = None
+    summary: tuple[ReasoningPart, ...] = ()
+
+    @property
+    def text(self) -> str:
+        return "".join(part.text for part in (self.content or self.summary))
+
+
+InputItem: TypeAlias = (
+    MessageInput | FunctionCallInput | FunctionCallOutputInput | ReasoningInput | AgentInputItem
+)
+#: Each input item's wire `type` and its class.
+INPUT_ITEM_TYPES: dict[str, type] = {
+    "message": MessageInput,
+    "function_call": FunctionCallInput,
+    "function_call_output": FunctionCallOutputInput,
+    "reasoning": ReasoningInput,
+    **AGENT_INPUT_TYPES,
+}
+
+
+def input_items(value: Any) -> list[Any]:
+    """A request's wire `input` as a list of items (a string is one user message)."""
+    return [{"role": "user", "content": value}] if isinstance(value, str) else list(value)
