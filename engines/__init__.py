@@ -6,6 +6,7 @@ from typing import Any
 from ._source import (
     FinishReason,
     GenerationRequest,
+    LogitsConstraint,
     ReadyChunks,
     SamplingParams,
     TokenChunk,
@@ -56,6 +57,7 @@ __all__ = [
     "GenerationRequest",
     "GptOssConfig",
     "GptOssModel",
+    "LogitsConstraint",
     "MissingTensorError",
     "NativeEngine",
     "ReadyChunks",

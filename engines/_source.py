@@ -20,16 +20,20 @@ gives one chunk per batch, as before.
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
-from typing import Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
 import attrs
 
 from streamfold.statemachine import FINISH_REASONS, FinishReason
 
+if TYPE_CHECKING:
+    import torch
+
 __all__ = [
     "FINISH_REASONS",
     "FinishReason",
     "GenerationRequest",
+    "LogitsConstraint",
     "ReadyChunks",
     "SamplingParams",
     "TokenChunk",
@@ -60,9 +64,37 @@ class SamplingParams:
             raise ValueError(f"top_p must be in (0, 1], got {self.top_p}")
 
 
+@runtime_checkable
+class LogitsConstraint(Protocol):
+    """Which tokens one request may sample next (structured outputs): a per-sequence hook that
+    the native engine applies to a whole batch at once.
+
+    Before each sampling step the engine calls `fill_bitmask(bitmask, row)` for every
+    constrained sequence of the batch: `bitmask` is the batch's int32 CPU tensor
+    [batch, ceil(vocab / 32)], every word preset to -1 (all allowed), and the constraint
+    writes its own `row`, where bit `j` of word `w` allows token `32 * w + j` (llguidance's
+    layout: `llguidance.torch.fill_next_token_bitmask(matcher, bitmask, row)` is a complete
+    implementation). The engine moves the stacked rows to the device in one non-blocking copy
+    and masks the batch's logits in one op before sampling; unconstrained rows stay all
+    allowed. After sampling, `advance(token_id)` tells the constraint the token its sequence
+    took. Logprobs stay the model's own (unmasked) distribution, as vLLM reports them.
+
+    A constraint is state for one request: never share one between requests. It must allow at
+    least one token (an accepting grammar allows the end-of-sequence token). An exception from
+    either method ends its request alone with `finish_reason="error"`.
+    """
+
+    def fill_bitmask(self, bitmask: torch.Tensor, row: int) -> None: ...
+
+    def advance(self, token_id: int) -> None: ...
+
+
 @attrs.frozen(kw_only=True)
 class GenerationRequest:
-    """What a token source needs to generate one completion."""
+    """What a token source needs to generate one completion.
+
+    `constraint` (the native engine only) restricts each next token (`LogitsConstraint`).
+    """
 
     request_id: str
     prompt_token_ids: tuple[int, ...]
@@ -70,6 +102,7 @@ class GenerationRequest:
     max_output_tokens: int | None = None
     sampling: SamplingParams = SamplingParams()
     stop_token_ids: tuple[int, ...] = ()
+    constraint: LogitsConstraint | None = attrs.field(default=None, eq=False, repr=False)
 
 
 @attrs.frozen(kw_only=True)

@@ -18,7 +18,7 @@ from .decode_graph import DecodePlan, DecodeRow, StaticDecode
 from .gptoss.model import GptOssModel
 from .gptoss.weights import ExpertMode
 from .paged_attention import PagedAttention, PagedKVCache, StepSequence
-from .sampler import make_generator, sample_batch
+from .sampler import Sample, make_generator, sample_batch
 from .scheduler import Scheduler, Sequence
 
 __all__ = ["GPT_OSS_STOP_TOKEN_IDS", "EngineCore"]
@@ -85,6 +85,7 @@ class EngineCore:
         # whose every page faulted in (a [64, 128] x [128, 201088] matmul: 354 ms fresh, 275
         # ms into a kept buffer, 1 thread).
         self._logits: torch.Tensor | None = None
+        self._bitmask_host: torch.Tensor | None = None  # the constrained rows' (see _bitmask)
         if decode == "auto":
             decode = DecodePlan.for_device(model.device, max_num_seqs)
         self.static_decode = None
@@ -171,6 +172,8 @@ class EngineCore:
     def step(self, handoff: Callable[[], object] | None = None) -> list[tuple[str, TokenChunk]]:
         """Run one batched forward pass; returns one chunk per sequence that made a token.
 
+        nano-vllm's shape: schedule, run (the forward and the batch's sampling), postprocess.
+
         `handoff` (if any) is called once, inside the step, right before the unembedding
         matmul; where the forward runs no Python (a replayed CUDA graph), after it. A served
         engine posts the previous step's tokens to its event loop there: on CPU that matmul
@@ -178,21 +181,33 @@ class EngineCore:
         Python runs beside them, where at the start of a step it stalled the layers' many small
         torch calls, each waiting for the GIL (issue 18: 64 streams). Not called when no
         sequence can run, nor when the step fails before its unembedding."""
-        batch = self.scheduler.schedule()
+        batch = self._schedule()
         if not batch:
-            if self.has_work():  # would spin forever; add_request's length cap prevents it
-                raise RuntimeError(
-                    f"{len(self.scheduler.waiting)} requests wait but none fits in"
-                    f" {self.blocks.num_free} free blocks with nothing running"
-                )
-            self.last_rows = self.last_prefill_tokens = 0
             return []
+        samples, failed = self._run(batch, handoff)
+        return self._postprocess(batch, samples, failed)
+
+    def _schedule(self) -> list[Sequence]:
+        """The scheduler's batch, with the step's counters (rows, prefill tokens, peak KV)."""
+        batch = self.scheduler.schedule()
+        if not batch and self.has_work():  # would spin forever; add_request's cap prevents it
+            raise RuntimeError(
+                f"{len(self.scheduler.waiting)} requests wait but none fits in"
+                f" {self.blocks.num_free} free blocks with nothing running"
+            )
         self.last_rows = len(batch)
         self.last_prefill_tokens = sum(s.num_new for s in batch if not s.num_cached)
         in_use = self.blocks.blocks_in_use()
-        if in_use > self.peak_blocks_in_use:  # for KV-memory-per-token reports
+        if batch and in_use > self.peak_blocks_in_use:  # for KV-memory-per-token reports
             self.peak_blocks_in_use = in_use
             self.tokens_at_peak = sum(len(s.token_ids) for s in batch)
+        return batch
+
+    def _run(
+        self, batch: list[Sequence], handoff: Callable[[], object] | None
+    ) -> tuple[list[Sample], dict[int, str]]:
+        """The forward pass and the batch's sampling: one token per row, and the rows whose
+        constraint failed (row -> message)."""
         self.model.before_unembedding = handoff
         try:
             if self.static_decode is not None and all(s.num_cached for s in batch):
@@ -205,38 +220,90 @@ class EngineCore:
             unused, self.model.before_unembedding = self.model.before_unembedding, None
         if unused is not None:  # the forward ran no Python: a replayed graph
             unused()
+        bitmask, failed = self._bitmask(batch)
         samples = sample_batch(
             logits,
             [s.request.sampling for s in batch],
             [self._generators[s.seq_id] for s in batch],
             [s.stop_ids for s in batch],
+            bitmask=bitmask,
         )
+        return samples, failed
+
+    def _bitmask(self, batch: list[Sequence]) -> tuple[torch.Tensor | None, dict[int, str]]:
+        """The batch's token bitmask on the device (None when no row is constrained), and the
+        rows whose constraint raised (left all allowed; `_postprocess` fails them).
+
+        Rows are filled on the host, in a pinned buffer on CUDA, and go over in one
+        non-blocking copy: nothing here waits for the device. (The buffer is refilled only
+        next step, after this step's sampling has synchronised on its one transfer.)"""
+        rows = [(row, s.request.constraint) for row, s in enumerate(batch)]
+        constrained = [(row, c) for row, c in rows if c is not None]
+        failed: dict[int, str] = {}
+        if not constrained:
+            return None, failed
+        host = self._bitmask_buffer(len(batch))
+        host.fill_(-1)
+        for row, constraint in constrained:
+            try:
+                constraint.fill_bitmask(host, row)
+            except Exception as exc:  # the request's own failure: it alone ends
+                host[row].fill_(-1)
+                failed[row] = f"logits constraint failed: {type(exc).__name__}: {exc}"
+        return host.to(self.model.device, non_blocking=True), failed
+
+    def _bitmask_buffer(self, rows: int) -> torch.Tensor:
+        if self._bitmask_host is None or self._bitmask_host.shape[0] < rows:
+            words = -(-self.model.config.vocab_size // 32)
+            size = max(rows, self.scheduler.max_num_seqs)
+            pin = self.model.device.type == "cuda"
+            self._bitmask_host = torch.empty(size, words, dtype=torch.int32, pin_memory=pin)
+        return self._bitmask_host[:rows]
+
+    def _postprocess(
+        self, batch: list[Sequence], samples: list[Sample], failed: dict[int, str]
+    ) -> list[tuple[str, TokenChunk]]:
+        """Append each row's token, tell its constraint, check its stops: one chunk per row."""
         out = []
-        for seq, drawn in zip(batch, samples, strict=True):
-            seq.num_cached = len(seq.token_ids)
-            seq.token_ids.append(drawn.token_id)
-            finish: FinishReason | None = None
-            if drawn.stopped:  # checked on the device with the draw
-                finish = "stop"
-            elif seq.num_output >= seq.max_tokens:
-                finish = "length"
-            params = seq.request.sampling
-            want_logprobs = params.logprobs or params.top_logprobs > 0
-            # vLLM's convention: stop_reason names the stop id, None for the model's own EOS.
-            stop_reason = None
-            if finish == "stop" and drawn.token_id not in self.model.config.eos_token_ids:
-                stop_reason = drawn.token_id
-            chunk = TokenChunk(
-                token_ids=(drawn.token_id,),
-                logprobs=(drawn.logprob,) if want_logprobs else None,
-                top_logprobs=(drawn.top_logprobs,) if drawn.top_logprobs is not None else None,
-                finish_reason=finish,
-                stop_reason=stop_reason,
-            )
-            if finish is not None:
+        for row, (seq, drawn) in enumerate(zip(batch, samples, strict=True)):
+            constraint = seq.request.constraint
+            error = failed.get(row)
+            if error is None and constraint is not None:
+                try:
+                    constraint.advance(drawn.token_id)
+                except Exception as exc:  # as in `_bitmask`: this request alone fails
+                    error = f"logits constraint failed: {type(exc).__name__}: {exc}"
+            if error is not None:
+                chunk = TokenChunk(finish_reason="error", error=error)
+            else:
+                seq.num_cached = len(seq.token_ids)
+                seq.token_ids.append(drawn.token_id)
+                chunk = self._chunk(seq, drawn)
+            if chunk.finish_reason is not None:
                 self._finish(seq)
             out.append((seq.request.request_id, chunk))
         return out
+
+    def _chunk(self, seq: Sequence, drawn: Sample) -> TokenChunk:
+        """The chunk of `seq`'s new token `drawn`, with its finish reason if it ends here."""
+        finish: FinishReason | None = None
+        if drawn.stopped:  # checked on the device with the draw
+            finish = "stop"
+        elif seq.num_output >= seq.max_tokens:
+            finish = "length"
+        params = seq.request.sampling
+        want_logprobs = params.logprobs or params.top_logprobs > 0
+        # vLLM's convention: stop_reason names the stop id, None for the model's own EOS.
+        stop_reason = None
+        if finish == "stop" and drawn.token_id not in self.model.config.eos_token_ids:
+            stop_reason = drawn.token_id
+        return TokenChunk(
+            token_ids=(drawn.token_id,),
+            logprobs=(drawn.logprob,) if want_logprobs else None,
+            top_logprobs=(drawn.top_logprobs,) if drawn.top_logprobs is not None else None,
+            finish_reason=finish,
+            stop_reason=stop_reason,
+        )
 
     def _mixed_step(self, batch: list[Sequence]) -> torch.Tensor:
         """The logits of a step with prefills: flat tokens through `PagedAttention`."""

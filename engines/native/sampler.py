@@ -19,7 +19,7 @@ import torch
 
 from .._source import SamplingParams
 
-__all__ = ["Sample", "make_generator", "sample", "sample_batch"]
+__all__ = ["Sample", "apply_token_bitmask", "make_generator", "sample", "sample_batch"]
 
 
 @attrs.frozen(kw_only=True)
@@ -82,19 +82,38 @@ def _draw(logits: torch.Tensor, p: SamplingParams, generator: torch.Generator) -
     return torch.searchsorted(cumulative, u).clamp(max=cumulative.shape[-1] - 1)[0]
 
 
+def apply_token_bitmask(logits: torch.Tensor, bitmask: torch.Tensor) -> torch.Tensor:
+    """`logits` [B, vocab] with every token that `bitmask` [B, ceil(vocab / 32)] (int32, on
+    the logits' device) disallows set to -inf: bit `j` of word `w` allows token `32 * w + j`
+    (llguidance's layout). Tensor ops only, no host sync; returns a new tensor."""
+    rows, vocab = logits.shape
+    shifts = torch.arange(32, device=logits.device, dtype=torch.int32)
+    allowed = ((bitmask[:, :, None] >> shifts) & 1).view(rows, -1)[:, :vocab]
+    return logits.masked_fill(allowed == 0, float("-inf"))
+
+
 def sample_batch(
     logits: torch.Tensor,
     params: list[SamplingParams],
     generators: list[torch.Generator],
     stop_ids: list[frozenset[int]] | None = None,
+    *,
+    bitmask: torch.Tensor | None = None,
 ) -> list[Sample]:
     """`sample`'s tokens and logprobs for every row of `logits` [B, vocab] (float32), as batch
     tensor ops, plus whether each token is in its row's `stop_ids`; one host transfer.
+
+    `bitmask` [B, ceil(vocab / 32)] (int32, on the logits' device; see
+    `apply_token_bitmask`) restricts which tokens each row may draw; the reported logprobs
+    stay the model's own, from the unmasked logits.
 
     Python branches read only the params (host values), never a tensor, so nothing waits for
     the device before the final transfer.
     """
     device = logits.device
+    raw = logits
+    if bitmask is not None:
+        logits = apply_token_bitmask(logits, bitmask)
     chosen = logits.argmax(dim=-1)
     drawn_rows = [row for row, p in enumerate(params) if p.temperature > 0]
     if drawn_rows:
@@ -111,7 +130,7 @@ def sample_batch(
     want = any(p.logprobs or p.top_logprobs for p in params)
     top = max((p.top_logprobs for p in params), default=0)
     if want:
-        logprobs = torch.log_softmax(logits, dim=-1)
+        logprobs = torch.log_softmax(raw, dim=-1)
         columns.append(logprobs.gather(1, chosen[:, None]))
         if top:
             values, indices = logprobs.topk(top, dim=-1)

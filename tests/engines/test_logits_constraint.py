@@ -1,0 +1,137 @@
+"""The per-sequence logits hook (issue 28, part 6): a `LogitsConstraint` on a request restricts
+its row of the batch, and only its row, before sampling; the structured-output work plugs
+llguidance's token bitmask in here."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+import torch
+from gptoss_tiny import random_prompts
+
+from streamfold.engines import GenerationRequest, LogitsConstraint, SamplingParams, TokenChunk
+from streamfold.engines.native.core import EngineCore
+from streamfold.engines.native.gptoss.model import GptOssModel
+from streamfold.engines.native.sampler import apply_token_bitmask, make_generator, sample_batch
+
+VOCAB = 512
+ALLOWED = (3, 31, 32, 200, 511)  # bit 31 of a word is its sign bit: 31 and 511 test it
+
+
+def pack(allowed: tuple[int, ...], vocab: int) -> torch.Tensor:
+    """An int32 bitmask row in llguidance's layout: bit j of word w allows 32 * w + j."""
+    words = [0] * -(-vocab // 32)
+    for token in allowed:
+        words[token // 32] |= 1 << (token % 32)
+    return torch.tensor([w - 2**32 if w >= 2**31 else w for w in words], dtype=torch.int32)
+
+
+class OnlyTokens:
+    """A constraint that allows a fixed set and records what its sequence took."""
+
+    def __init__(self, allowed: tuple[int, ...] = ALLOWED) -> None:
+        self.row = pack(allowed, VOCAB)
+        self.taken: list[int] = []
+
+    def fill_bitmask(self, bitmask: torch.Tensor, row: int) -> None:
+        bitmask[row] = self.row
+
+    def advance(self, token_id: int) -> None:
+        self.taken.append(token_id)
+
+
+class Broken(OnlyTokens):
+    def fill_bitmask(self, bitmask: torch.Tensor, row: int) -> None:
+        if len(self.taken) == 2:
+            raise KeyError("grammar state lost")
+        super().fill_bitmask(bitmask, row)
+
+
+def _tokens(chunks: list[TokenChunk]) -> list[int]:
+    return [t for c in chunks for t in c.token_ids]
+
+
+def _request(name: str, prompt: list[int], sampling: SamplingParams, **kw: object) -> Any:
+    return GenerationRequest(
+        request_id=name, prompt_token_ids=tuple(prompt), max_output_tokens=12,
+        sampling=sampling, stop_token_ids=(), **kw,  # type: ignore[arg-type]
+    )  # fmt: skip
+
+
+GREEDY = SamplingParams(temperature=0.0)
+SAMPLED = SamplingParams(temperature=1.5, seed=7, logprobs=True)
+
+
+def test_bitmask_allows_exactly_the_packed_tokens() -> None:
+    logits = torch.randn(2, VOCAB)
+    bitmask = torch.stack([pack(ALLOWED, VOCAB), torch.full((VOCAB // 32,), -1, dtype=torch.int32)])
+    masked = apply_token_bitmask(logits, bitmask)
+    finite = masked[0].isfinite().nonzero()[:, 0].tolist()
+    assert finite == list(ALLOWED)
+    assert torch.equal(masked[1], logits[1])
+
+
+def test_sample_batch_draws_inside_the_mask_and_reports_the_models_logprobs() -> None:
+    logits = torch.randn(4, VOCAB, generator=torch.Generator().manual_seed(0)) * 4
+    params = [GREEDY, SAMPLED, GREEDY, SAMPLED]
+    bitmask = torch.full((4, VOCAB // 32), -1, dtype=torch.int32)
+    bitmask[0] = bitmask[1] = pack(ALLOWED, VOCAB)
+    samples = sample_batch(logits, params, [make_generator(p) for p in params], bitmask=bitmask)
+    assert samples[0].token_id in ALLOWED and samples[1].token_id in ALLOWED
+    assert samples[2].token_id == int(logits[2].argmax())
+    raw = torch.log_softmax(logits, dim=-1)
+    assert samples[1].logprob == pytest.approx(float(raw[1, samples[1].token_id]), abs=1e-5)
+
+
+@pytest.mark.parametrize("static_decode", [True, False])
+def test_constrained_rows_stay_inside_and_leave_their_neighbours_alone(
+    model: GptOssModel, static_decode: bool
+) -> None:
+    """A mixed batch: two constrained rows (greedy, sampled) and two free ones (greedy,
+    sampled). Every constrained token is allowed and was passed to `advance` in order; the
+    free rows make exactly the tokens they make with no constraint anywhere in the batch."""
+    prompts = random_prompts([5, 9, 7, 11], seed=8)
+    decode = "auto" if static_decode else None
+
+    def run(constrained: bool) -> tuple[dict[str, list[TokenChunk]], list[OnlyTokens]]:
+        engine = EngineCore(model, block_size=4, num_blocks=128, decode=decode)
+        hooks = [OnlyTokens(), OnlyTokens()] if constrained else [None, None]
+        requests = [
+            _request("cg", prompts[0], GREEDY, constraint=hooks[0]),
+            _request("fg", prompts[1], GREEDY),
+            _request("cs", prompts[2], SAMPLED, constraint=hooks[1]),
+            _request("fs", prompts[3], SAMPLED),
+        ]
+        out = engine.run_to_completion(requests)
+        assert engine.blocks.blocks_in_use() == 0
+        return out, [h for h in hooks if h is not None]
+
+    free, _ = run(constrained=False)
+    got, hooks = run(constrained=True)
+    for name, hook in zip(("cg", "cs"), hooks, strict=True):
+        tokens = _tokens(got[name])
+        assert len(tokens) == 12 and set(tokens) <= set(ALLOWED), (name, tokens)
+        assert hook.taken == tokens
+        # Without the constraint the same row leaves the set: the mask did the work.
+        assert not set(_tokens(free[name])) <= set(ALLOWED)
+    for name in ("fg", "fs"):
+        assert _tokens(got[name]) == _tokens(free[name]), name
+
+
+def test_a_failing_constraint_ends_its_own_request_only(model: GptOssModel) -> None:
+    prompts = random_prompts([6, 6], seed=9)
+    engine = EngineCore(model, block_size=4, num_blocks=64)
+    hook = Broken()
+    out = engine.run_to_completion(
+        [_request("bad", prompts[0], GREEDY, constraint=hook), _request("ok", prompts[1], GREEDY)]
+    )
+    bad = out["bad"]
+    assert _tokens(bad) == hook.taken and len(hook.taken) == 2
+    assert bad[-1].finish_reason == "error" and "KeyError" in (bad[-1].error or "")
+    assert len(_tokens(out["ok"])) == 12 and out["ok"][-1].finish_reason == "length"
+    assert engine.blocks.blocks_in_use() == 0
+
+
+def test_the_protocol_is_runtime_checkable() -> None:
+    assert isinstance(OnlyTokens(), LogitsConstraint)
