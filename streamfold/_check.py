@@ -23,6 +23,7 @@ from typing import Any
 
 import attrs
 
+from streamfold._bundled import GOLDEN, resolve
 from streamfold.specs._reading import MAX_LINE_BYTES, UnreadableStreamError, check_file
 from streamfold.specs._violation import RULES, format_report
 
@@ -38,6 +39,13 @@ Check a recorded OpenAI Responses API event stream against streamfold's conforma
 lines) or as JSON lines, one event per line; the framing is detected. Reads stdin when FILE is
 `-` or left out. Exit status: 0 conformant, 1 violations found, 2 unreadable input.
 """
+_EXAMPLES = """\
+examples:
+  streamfold replay weather_call --format sse | streamfold check -
+  streamfold check weather_call        # the golden stream bundled with that trace
+  curl -sN localhost:8000/v1/responses -H 'content-type: application/json' \\
+    -d '{"model": "weather_call", "input": "hi", "stream": true}' | streamfold check -
+"""
 
 
 def add_check_parser(subparsers: Any) -> argparse.ArgumentParser:
@@ -46,6 +54,8 @@ def add_check_parser(subparsers: Any) -> argparse.ArgumentParser:
         "check",
         help="check a recorded Responses event stream for protocol violations",
         description=_DESCRIPTION,
+        epilog=_EXAMPLES,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     _add_arguments(parser)
     parser.set_defaults(run=run_check)
@@ -58,7 +68,8 @@ def _add_arguments(parser: argparse.ArgumentParser) -> None:
         nargs="?",
         default="-",
         metavar="FILE",
-        help="the recorded stream (SSE or JSON lines); '-' or none: stdin",
+        help="the recorded stream (SSE or JSON lines), or the name of a bundled trace's golden "
+        "stream (e.g. weather_call); '-' or none: stdin",
     )
     parser.add_argument(
         "--format",
@@ -78,10 +89,11 @@ def _add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run_check(args: argparse.Namespace) -> int:
     """Run `streamfold check` with parsed `args`; return the exit status."""
-    name = "<stdin>" if args.file == "-" else args.file
+    path = resolve(args.file, GOLDEN)
+    name = "<stdin>" if path == "-" else args.file
     limit = args.max_line_mib * 2**20
     try:
-        if args.file == "-":
+        if path == "-":
             if sys.stdin.isatty():
                 print(
                     "streamfold check: reading a stream from stdin (end it with Ctrl-D); "
@@ -91,10 +103,14 @@ def run_check(args: argparse.Namespace) -> int:
             with _no_cycle_collector():
                 reading, violations = check_file(sys.stdin.buffer, max_line_bytes=limit)
         else:
-            with open(args.file, "rb") as f, _no_cycle_collector():
+            with open(path, "rb") as f, _no_cycle_collector():
                 reading, violations = check_file(f, max_line_bytes=limit)
     except OSError as exc:
-        print(f"streamfold check: {name}: cannot read a stream: {exc}", file=sys.stderr)
+        # strerror, not str(exc): "[Errno 2] No such file or directory: 'x'" repeats the name.
+        print(
+            f"streamfold check: {name}: cannot read a stream: {exc.strerror or exc}",
+            file=sys.stderr,
+        )
         return EXIT_UNREADABLE
     except UnreadableStreamError as exc:
         print(f"streamfold check: {name}: {exc}", file=sys.stderr)

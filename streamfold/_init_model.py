@@ -27,14 +27,39 @@ def add_init_model_parser(subparsers: Any) -> argparse.ArgumentParser:
         description="Write config.json and model.safetensors of a random gpt-oss model with the"
         " full harmony vocabulary (201088 ids), so `--engine native` runs end to end.",
     )
-    parser.add_argument("model_dir", metavar="DIR", help="directory to create")
-    parser.add_argument("--hidden-size", type=int, default=32)
-    parser.add_argument("--layers", type=int, default=2)
-    parser.add_argument("--experts", type=int, default=4)
-    parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--dtype", choices=("bfloat16", "float32"), default="bfloat16")
-    parser.add_argument("--mxfp4", action="store_true", help="store experts as MXFP4")
-    parser.add_argument("--force", action="store_true", help="overwrite an existing checkpoint")
+    parser.add_argument("model_dir", metavar="DIR", help="directory to create (or empty)")
+    parser.add_argument(
+        "--hidden-size",
+        type=int,
+        default=32,
+        metavar="N",
+        help="hidden and expert width (default %(default)s; gpt-oss-20b: 2880)",
+    )
+    parser.add_argument(
+        "--layers", type=int, default=2, metavar="N", help="decoder layers (default %(default)s)"
+    )
+    parser.add_argument(
+        "--experts",
+        type=int,
+        default=4,
+        metavar="N",
+        help="experts per layer (default %(default)s)",
+    )
+    parser.add_argument(
+        "--seed", type=int, default=0, help="seed of the random weights (default %(default)s)"
+    )
+    parser.add_argument(
+        "--dtype",
+        choices=("bfloat16", "float32"),
+        default="bfloat16",
+        help="dtype of the stored weights (default %(default)s)",
+    )
+    parser.add_argument(
+        "--mxfp4", action="store_true", help="store the experts packed as MXFP4, as gpt-oss ships"
+    )
+    parser.add_argument(
+        "--force", action="store_true", help="overwrite a checkpoint this command wrote there"
+    )
     parser.set_defaults(run=run_init_model)
     return parser
 
@@ -46,7 +71,7 @@ def run_init_model(args: argparse.Namespace) -> int:
     if missing:
         print(f"streamfold init-model: {missing}", file=sys.stderr)
         return 2
-    from streamfold.engines.native.gptoss.init_model import init_model
+    from streamfold.engines.native.gptoss.init_model import CheckpointExistsError, init_model
 
     if sys.stderr.isatty():
         print(f"writing a random checkpoint to {args.model_dir} ...", file=sys.stderr)
@@ -62,6 +87,13 @@ def run_init_model(args: argparse.Namespace) -> int:
             mxfp4=args.mxfp4,
             overwrite=args.force,
         )
+    except CheckpointExistsError as exc:
+        print(
+            f"streamfold init-model: {exc.root} is not empty ({', '.join(exc.present)}); "
+            "pass --force to replace the checkpoint in it",
+            file=sys.stderr,
+        )
+        return 2
     except (OSError, ValueError, ImportError) as exc:
         # Nothing half-written is left behind: init_model writes into a temporary directory.
         print(f"streamfold init-model: {exc}", file=sys.stderr)

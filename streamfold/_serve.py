@@ -7,6 +7,7 @@ is `run_serve`.
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import os
 import socket
 import sys
@@ -14,9 +15,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from streamfold.adapters.server import ServerLimits
+    from streamfold.adapters.limits import ServerLimits
 
-__all__ = ["add_serve_parser", "default_store_path", "run_serve"]
+__all__ = ["add_serve_parser", "default_store_path", "missing_server_extra", "run_serve"]
 
 
 def default_store_path() -> Path:
@@ -129,7 +130,7 @@ _LIMIT_FLAGS = {
 
 
 def _add_limit_arguments(p: argparse.ArgumentParser) -> None:
-    from streamfold.adapters.server import ServerLimits
+    from streamfold.adapters.limits import ServerLimits
 
     defaults = ServerLimits()
     group = p.add_argument_group("limits", "what one request may cost (see the README)")
@@ -151,7 +152,7 @@ def _add_limit_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def _limits(args: argparse.Namespace) -> ServerLimits:
-    from streamfold.adapters.server import ServerLimits
+    from streamfold.adapters.limits import ServerLimits
 
     given = {}
     for flag, (field, _, _) in _LIMIT_FLAGS.items():
@@ -162,21 +163,40 @@ def _limits(args: argparse.Namespace) -> ServerLimits:
     return ServerLimits(**{k: v for k, v in given.items() if v is not None})
 
 
+def missing_server_extra() -> str | None:
+    """None when the `server` extra is importable; else one line naming what to install."""
+    missing = [name for name in ("starlette", "uvicorn") if importlib.util.find_spec(name) is None]
+    if not missing:
+        return None
+    return (
+        f"needs the server extra ({', '.join(missing)} not installed): "
+        "pip install 'streamfold[server]' (in a clone: pip install -e '.[server]')"
+    )
+
+
+def _say_where(sock: socket.socket) -> None:
+    """One log line with the address a client should use (uvicorn given a socket says none)."""
+    import logging
+
+    host, port = sock.getsockname()[:2]
+    shown = f"[{host}]" if ":" in host else host
+    logging.getLogger("streamfold").info(
+        "streamfold serves http://%s:%d/v1/responses (readiness: GET /health)", shown, port
+    )
+
+
 def _listen(host: str, port: int) -> socket.socket:
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
     return socket.create_server((host, port), family=family, backlog=2048)
 
 
 def run_serve(args: argparse.Namespace) -> int:
-    try:
-        import uvicorn
-    except ImportError:
-        print(
-            "streamfold serve: the server needs uvicorn and starlette; "
-            "pip install 'streamfold[server]'",
-            file=sys.stderr,
-        )
+    missing = missing_server_extra()
+    if missing:
+        print(f"streamfold serve: {missing}", file=sys.stderr)
         return 2
+    import uvicorn
+
     from streamfold.adapters.agent import AgentConfig, PythonTool, ToolLimits
     from streamfold.adapters.registry import ENGINES
     from streamfold.adapters.server import (
@@ -233,6 +253,7 @@ def run_serve(args: argparse.Namespace) -> int:
             http=uvicorn_http(limits.header_timeout_s),
             limit_concurrency=args.limit_concurrency,
         )
+        _say_where(sock)
         tune_gc_for_serving()
         with serving_asyncio():  # uvicorn runs its asyncio loop in this thread
             uvicorn.Server(config).run(sockets=[sock])

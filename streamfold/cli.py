@@ -4,24 +4,32 @@ only wires them, and imports heavy parts (torch, the server) only for the comman
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import logging
 import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
+from streamfold._bundled import TRACE, bundled_traces, resolve
+
 __all__ = ["main"]
+
+HELP = "streamfold replay --help"
 
 
 def _add_replay(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p = subparsers.add_parser(
         "replay",
         help="replay a recorded trace through the reducer and print its events",
-        description="Replay a trace (JSON lines: header, token chunks, finish_reason) and "
-        "print the Responses events it gives. The traces that ship with streamfold, one per bug "
-        f"class of the peers, are in {_bundled_traces()} (e.g. weather_call.jsonl).",
+        description="Replay a trace (JSON lines: header, token chunks, finish_reason) and print\n"
+        "the Responses events it gives. The traces that ship with streamfold, one per bug class\n"
+        f"of the peers, are in {bundled_traces()};\n"
+        "name one without its directory and '.jsonl' (e.g. weather_call).",
+        epilog="examples:\n"
+        "  streamfold replay weather_call --format sse | streamfold check -\n"
+        "  streamfold replay my_trace.jsonl",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    p.add_argument("trace", help="trace file (.jsonl)")
+    p.add_argument("trace", help="trace file (.jsonl), or the name of a bundled trace")
     p.add_argument(
         "--format",
         choices=("jsonl", "sse"),
@@ -36,14 +44,15 @@ def _run_replay(args: argparse.Namespace) -> int:
     from streamfold.engines import TraceFormatError, read_trace
     from streamfold.statemachine import StreamfoldError, json_line, sse_event
 
+    path = resolve(args.trace, TRACE)
     try:
-        trace = read_trace(args.trace)
+        trace = read_trace(path)
         frame = sse_event if args.format == "sse" else json_line
         sys.stdout.flush()
         out = sys.stdout.buffer  # bytes, written in blocks: one text write per event was slow
         block: list[bytes] = []
         try:
-            for event in iter_replay(trace, base_dir=Path(args.trace).parent):
+            for event in iter_replay(trace, base_dir=Path(path).parent):
                 block.append(frame(event))
                 if len(block) >= 512:
                     out.write(b"".join(block))
@@ -51,20 +60,15 @@ def _run_replay(args: argparse.Namespace) -> int:
         finally:  # the events before an error are printed too
             out.write(b"".join(block))
     except TraceFormatError as exc:
-        print(f"streamfold replay: {exc}", file=sys.stderr)
+        hint = ""
+        if not Path(path).exists():
+            hint = f" (a bundled trace is named without '.jsonl', e.g. weather_call: see {HELP})"
+        print(f"streamfold replay: {exc}{hint}", file=sys.stderr)
         return 2
     except StreamfoldError as exc:
         print(f"streamfold replay: {exc}", file=sys.stderr)
         return 1
     return 0
-
-
-def _bundled_traces() -> Path:
-    # Found without importing streamfold.specs: its package imports the whole checker, which
-    # `replay` does not need (benchmarks/bench_cli.py times replay as a whole process).
-    spec = importlib.util.find_spec("streamfold.specs")
-    assert spec is not None and spec.submodule_search_locations is not None
-    return Path(next(iter(spec.submodule_search_locations))) / "traces"
 
 
 def _add_check(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:

@@ -176,3 +176,100 @@ def test_a_second_server_on_the_same_store_refuses_cleanly(fresh: Path, tmp_path
     assert len(lines) == 1 and lines[0].startswith("streamfold serve: "), lines
     assert "in use by another server" in lines[0], lines
     assert "first answers 404" in done.stdout, done.stdout
+
+
+# Issue 33: the tests above put this environment's packages behind the wheel, so a CLI that
+# imported starlette at parse time still worked there while `streamfold --help` crashed for a
+# user who installed the wheel alone. This venv has the wheel and its own dependencies only
+# (no extras, no system site packages, nothing of ours on the path), fetched as a user's pip
+# would (the package index or pip's cache).
+SUBCOMMANDS = ("check", "replay", "serve", "record", "init-model")
+
+
+@pytest.fixture(scope="module")
+def bare(wheel: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    env_dir = tmp_path_factory.mktemp("bare")
+    venv.EnvBuilder(with_pip=False, system_site_packages=False).create(env_dir)
+    subprocess.run(
+        [sys.executable, "-m", "pip", "--python", str(env_dir / "bin" / "python"), "install",
+         "-q", str(wheel)],
+        check=True,
+        timeout=600,
+    )  # fmt: skip
+    return env_dir
+
+
+def _bare(bare: Path, tmp_path: Path, *argv: str) -> subprocess.CompletedProcess[str]:
+    env = {
+        "PATH": f"{bare / 'bin'}{os.pathsep}/usr/bin:/bin",
+        "HOME": str(tmp_path / "home"),
+        "XDG_CACHE_HOME": str(tmp_path / "cache"),
+        "LANG": "C.UTF-8",
+    }
+    (tmp_path / "home").mkdir(exist_ok=True)
+    return subprocess.run(
+        argv, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300, check=False
+    )
+
+
+def test_the_bare_install_is_bare(bare: Path, tmp_path: Path) -> None:
+    """The premise of the tests below: no extra's package and no path of ours is importable."""
+    done = _bare(
+        bare,
+        tmp_path,
+        "python",
+        "-c",
+        "import importlib.util as u, streamfold, sys; print(streamfold.__file__);"
+        " print(*[m for m in ('starlette', 'uvicorn', 'torch', 'openai', 'mcp', 'pytest')"
+        " if u.find_spec(m)]); print(*sys.path, sep='\\n')",
+    )
+    assert done.returncode == 0, done.stderr
+    where, importable, *path = done.stdout.splitlines()
+    assert where.startswith(str(bare)), where
+    assert importable == "", f"not bare: {importable}"
+    assert not [p for p in path if str(ROOT) in p], path
+
+
+def test_every_help_works_without_extras(bare: Path, tmp_path: Path) -> None:
+    version = _bare(bare, tmp_path, "streamfold", "--version")
+    assert (version.returncode, version.stdout) == (0, "streamfold 0.1.0\n"), version.stderr
+    for argv in (["--help"], *([name, "--help"] for name in SUBCOMMANDS)):
+        done = _bare(bare, tmp_path, "streamfold", *argv)
+        assert done.returncode == 0 and done.stdout.startswith("usage: streamfold"), (
+            argv,
+            done.stderr[-2000:],
+        )
+    serve_help = _bare(bare, tmp_path, "streamfold", "serve", "--help").stdout
+    assert "--max-body-bytes N" in serve_help and "(default 8388608)" in serve_help
+    for argv in ([], ["nonsense"]):  # argparse's own usage error, not a traceback
+        done = _bare(bare, tmp_path, "streamfold", *argv)
+        assert done.returncode == 2 and "Traceback" not in done.stderr, done.stderr[-2000:]
+        assert done.stderr.startswith("usage: streamfold"), done.stderr
+
+
+def test_a_command_that_needs_an_extra_says_which_in_one_line(bare: Path, tmp_path: Path) -> None:
+    for argv, extra in (
+        (["serve"], "pip install 'streamfold[server]'"),
+        (["init-model", "tiny"], "pip install 'streamfold[torch]'"),
+    ):
+        done = _bare(bare, tmp_path, "streamfold", *argv)
+        assert done.returncode == 2, done.stderr
+        lines = done.stderr.strip().splitlines()
+        assert len(lines) == 1 and extra in lines[0], lines
+
+
+def test_the_main_job_by_trace_name(bare: Path, tmp_path: Path) -> None:
+    done = _bare(
+        bare,
+        tmp_path,
+        "bash",
+        "-euo",
+        "pipefail",
+        "-c",
+        "streamfold replay weather_call --format sse | streamfold check -; "
+        "streamfold check weather_call",
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert done.stdout.count("conformant: 36 events, no violations") == 2, done.stdout
+    missing = _bare(bare, tmp_path, "streamfold", "replay", "no_such_trace")
+    assert missing.returncode == 2 and "e.g. weather_call" in missing.stderr, missing.stderr

@@ -103,6 +103,7 @@ def test_init_model_over_a_checkpoint_needs_force_and_says_so(
     assert main(["init-model", str(target), "--layers", "1"]) == 2
     err = capsys.readouterr().err
     assert "pass --force" in err and "Traceback" not in err
+    assert "overwrite=True" not in err  # issue 33: the API's argument is not a flag
     assert main(["init-model", str(target), "--layers", "1", "--force", "--seed", "1"]) == 0
     (target / "notes.txt").write_text("mine")
     assert main(["init-model", str(target), "--force"]) == 2

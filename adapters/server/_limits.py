@@ -16,8 +16,7 @@ import json
 from collections.abc import AsyncIterator
 from typing import Any
 
-import attrs
-
+from ..limits import ServerLimits
 from ..protocol import RequestError
 
 __all__ = ["MAX_SAFE_INTEGER", "ServerLimits", "check_body", "decode_body", "read_body", "shown"]
@@ -25,50 +24,6 @@ __all__ = ["MAX_SAFE_INTEGER", "ServerLimits", "check_body", "decode_body", "rea
 # JSON numbers beyond 2^53 are not exact in most clients (JavaScript's among them); no field of
 # a request needs one, and huge ones reach SQLite or Rust as overflows.
 MAX_SAFE_INTEGER = 2**53
-
-
-@attrs.frozen(kw_only=True)
-class ServerLimits:
-    """The limits `create_app(limits=...)` and `streamfold serve` flags enforce (see README).
-
-    Defaults suit gpt-oss (a 131 072-token context) on one machine.
-    """
-
-    #: Request bodies larger than this are refused with 413 before they are read whole.
-    max_body_bytes: int = 8 * 2**20
-    #: Every string of the body together (input, instructions, tools): one character is at
-    #: least a quarter of a token, so 4 x the context is already more than fits.
-    max_input_chars: int = 4 * 131_072
-    #: Items in `input` (rendering costs ~0.15 ms each, and every one is stored).
-    max_input_items: int = 2048
-    #: Function tools in `tools` (the API allows 128).
-    max_tools: int = 128
-    #: The rendered prompt, in tokens: the model's context.
-    max_input_tokens: int = 131_072
-    #: The largest `max_output_tokens` a request may ask for.
-    max_output_tokens: int = 131_072
-    #: Nesting of the JSON body (a tool's `parameters` schema included).
-    max_json_depth: int = 64
-    #: Prompts are rendered in worker processes (openai-harmony holds the GIL while it works,
-    #: so a thread would still stall the event loop); at most this many at once.
-    render_workers: int = 1
-    #: A render that takes longer is stopped (its worker killed) and the request refused.
-    render_timeout_s: float = 10.0
-    #: Bodies up to this size are rendered on the event loop: they cost well under 10 ms and
-    #: a worker round trip would cost more than the rendering.
-    inline_render_bytes: int = 4096
-    #: A connection must send a request's headers within this many seconds of connecting (or
-    #: of sending data after an idle keep-alive), else it is closed: half-sent requests would
-    #: otherwise hold their socket forever.
-    header_timeout_s: float = 10.0
-    #: The body must arrive within this many seconds of the headers (408 otherwise).
-    body_timeout_s: float = 30.0
-
-    def __attrs_post_init__(self) -> None:
-        for field in attrs.fields(type(self)):
-            value = getattr(self, field.name)
-            if not value > 0:
-                raise ValueError(f"ServerLimits.{field.name} must be positive, got {value!r}")
 
 
 def shown(value: str, limit: int = 64) -> str:

@@ -23,7 +23,7 @@ import torch
 from ..core import GPT_OSS_STOP_TOKEN_IDS
 from .mxfp4 import quantize_mxfp4
 
-__all__ = ["CHECKPOINT_FILES", "init_model"]
+__all__ = ["CHECKPOINT_FILES", "CheckpointExistsError", "init_model"]
 
 CHECKPOINT_FILES = ("config.json", "generation_config.json", "model.safetensors")
 
@@ -136,6 +136,18 @@ def init_model(
     return root
 
 
+class CheckpointExistsError(FileExistsError):
+    """The target directory is not empty and `overwrite` was not given. Its message names the
+    API's argument; `streamfold init-model` says `--force` instead (`root`, `present`)."""
+
+    def __init__(self, root: Path, present: list[str]) -> None:
+        self.root, self.present = root, present
+        super().__init__(
+            f"{root} is not empty ({', '.join(present)}); pass overwrite=True to replace the "
+            "checkpoint in it"
+        )
+
+
 def _check_target(root: Path, overwrite: bool) -> None:
     """Refuse to write over anything but an empty directory or (with `overwrite`) a checkpoint
     this function wrote."""
@@ -147,10 +159,7 @@ def _check_target(root: Path, overwrite: bool) -> None:
     if not present:
         return
     if not overwrite:
-        raise FileExistsError(
-            f"{root} is not empty ({', '.join(present)}); pass --force "
-            "(overwrite=True) to replace the checkpoint in it"
-        )
+        raise CheckpointExistsError(root, present)
     others = [name for name in present if name not in CHECKPOINT_FILES]
     if others:
         raise FileExistsError(
