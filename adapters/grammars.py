@@ -1,6 +1,6 @@
-"""Which grammar reads a token stream, in one place: the one a trace header names
-(`grammar_for`) and the one for a live model (`live_grammar`); and replaying a trace through
-the reducer (through the driver's one chunk-to-step loop, `driver.fold`)."""
+"""Which grammar reads a recorded token stream: the one a trace header names (`grammar_for`);
+and replaying a trace through the reducer (through the driver's one chunk-to-step loop,
+`driver.fold`). A live model's grammar is its chat format's (`formats.ChatFormat.grammar`)."""
 
 from __future__ import annotations
 
@@ -15,18 +15,7 @@ from streamfold.statemachine._grammar import Grammar
 
 from .driver import fold
 
-__all__ = ["grammar_for", "iter_replay", "live_grammar", "replay_events", "response_for"]
-
-
-def live_grammar(model: str) -> Grammar:
-    """Every model served live (vLLM, SGLang, native) is read as gpt-oss (harmony). A live
-    model offered no tools that writes a tool call anyway is hallucinating it: its message is
-    read by channel (bug 54)."""
-    from streamfold.engines.vocab import load_harmony_vocabulary
-
-    return HarmonyGrammar(
-        vocabulary=load_harmony_vocabulary(), ignore_recipients_without_tools=True
-    )
+__all__ = ["grammar_for", "iter_replay", "replay_events", "response_for"]
 
 
 def grammar_for(header: Mapping[str, Any], base_dir: Path | None = None) -> Grammar:

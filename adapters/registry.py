@@ -1,4 +1,5 @@
-"""Engines the server can run, by name: a token source plus the grammar for a model name.
+"""Engines the server can run, by name: a token source, the chat format it speaks, and the
+grammar for a model name.
 
 `streamfold serve --engine NAME` and `streamfold record --engine NAME` look NAME up in
 `ENGINES`; each entry builds an `Engine` from the parsed command line (the options are defined
@@ -30,6 +31,7 @@ from streamfold.engines import (
 from streamfold.statemachine import StreamfoldError
 from streamfold.statemachine._grammar import Grammar
 
+from .formats import HARMONY, ChatFormat
 from .replay_turns import conversation_turn, turn_files
 
 __all__ = [
@@ -51,16 +53,30 @@ class UnknownModelError(StreamfoldError, LookupError):
     """A request named a model the engine does not serve; the message lists what it serves."""
 
 
+def _format_grammar(engine: Engine) -> Callable[[str], Grammar]:
+    chat_format = engine.format
+    return lambda model: chat_format.grammar()
+
+
 @attrs.frozen(kw_only=True)
 class Engine:
-    """What the server needs from an engine: a source, and the grammar for a model name
-    (`grammar(model)` raises `UnknownModelError` for a model it does not serve).
+    """What the server needs from an engine: a source, the chat format its models speak, and
+    the grammar for a model name (`grammar(model)` raises `UnknownModelError` for a model it
+    does not serve).
+
+    `format` renders the prompt and names the stop ids (`formats.ChatFormat`): the engine
+    names its model family, the server does not guess it. `grammar` defaults to the format's
+    grammar for every model; an engine that reads models differently (replay: each trace's
+    header names its grammar) gives its own.
 
     `max_output_tokens` caps a request that sets none (None: no cap), so that a model that never
     stops (random weights, a degenerate loop) cannot hold the engine without end."""
 
     source: TokenSource
-    grammar: Callable[[str], Grammar]
+    format: ChatFormat = HARMONY
+    grammar: Callable[[str], Grammar] = attrs.field(
+        default=attrs.Factory(_format_grammar, takes_self=True)
+    )
     # Run once when the server starts, before it reports ready (`GET /health`); None: ready
     # at once.
     warm_up: Callable[[], Awaitable[object]] | None = None
@@ -153,7 +169,10 @@ class ReplayEngine:
         return _without_logprobs(chunks)
 
     def engine(self) -> Engine:
-        return Engine(source=self, grammar=self.grammar)
+        """Prompts are rendered as harmony whatever a trace's grammar: a replayed trace does
+        not read its prompt, but for a conversation directory's turn, read from the harmony
+        prompt (`replay_turns.py`)."""
+        return Engine(source=self, format=HARMONY, grammar=self.grammar)
 
 
 async def _fail(message: str) -> AsyncIterator[TokenChunk]:
@@ -220,12 +239,6 @@ class LazySource:
         return self._source.generate(request)
 
 
-def _harmony_grammar(model: str) -> Grammar:
-    from .grammars import live_grammar
-
-    return live_grammar(model)
-
-
 def _gpu_engine(name: str) -> EngineFactory:
     def factory(args: argparse.Namespace) -> Engine:
         from .engine_args import EngineArgumentError, build_engine_source, parse_engine_args
@@ -243,7 +256,7 @@ def _gpu_engine(name: str) -> EngineFactory:
         except EngineArgumentError as exc:
             raise EngineSetupError(str(exc)) from exc
         source = LazySource(lambda: build_engine_source(name, model, **options))
-        return Engine(source=source, grammar=_harmony_grammar)
+        return Engine(source=source, format=HARMONY)  # every model served live is gpt-oss
 
     return factory
 
@@ -281,7 +294,7 @@ def native_engine(args: argparse.Namespace) -> Engine:
     engine = build_native_engine(model, **native_engine_options(args))
     return Engine(
         source=engine,
-        grammar=_harmony_grammar,
+        format=HARMONY,
         warm_up=engine.warm_up,
         max_output_tokens=NATIVE_MAX_OUTPUT_TOKENS if cap is None else (cap or None),
     )

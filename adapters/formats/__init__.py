@@ -1,10 +1,13 @@
-"""Chat formats: what a model family reads and writes, one object per family.
+"""Chat formats: what a model family reads and writes, one object per family (`ChatFormat`,
+see `_format.py`): its prompt, stop ids, reducer grammar and where a decoding constraint
+attaches.
 
-For now the harmony format (gpt-oss): the prompt a request renders to (`_harmony_prompt.py`),
-the tool calls and results of the agent loop in the conversation (`_harmony_tools.py`), and the
-stop ids of an assistant turn.
+`HARMONY` (gpt-oss) is the one family served live today: its prompt (`_harmony_prompt.py`),
+and the agent loop's tool calls and results in its conversation (`_harmony_tools.py`).
 """
 
+from ._format import ChatFormat, Constraint
+from ._harmony import FINAL, HARMONY, HarmonyFormat
 from ._harmony_prompt import render_prompt, stop_token_ids
 from ._harmony_tools import (
     call_channel,
@@ -18,6 +21,11 @@ from ._harmony_tools import (
 )
 
 __all__ = [
+    "FINAL",
+    "HARMONY",
+    "ChatFormat",
+    "Constraint",
+    "HarmonyFormat",
     "call_channel",
     "call_message",
     "call_token",

@@ -20,7 +20,6 @@ from streamfold.statemachine import ReasoningConfig, Response
 from streamfold.statemachine._grammar import Grammar
 
 from ..agent._config import AgentConfig, AgentRun, prepare_agent
-from ..formats import stop_token_ids
 from ..protocol import (
     CreateRequest,
     RequestError,
@@ -137,7 +136,7 @@ async def prepare(
         model=request.model,
         max_output_tokens=max_output_tokens,
         sampling=sampling,
-        stop_token_ids=stop_token_ids(),
+        stop_token_ids=engine.format.stop_token_ids(),
     )
     return Prepared(
         request=request,

@@ -22,7 +22,7 @@ from multiprocessing.connection import Connection
 import anyio
 import anyio.to_thread
 
-from ..formats import render_prompt
+from ..formats import ChatFormat
 from ..protocol import CreateRequest, RequestError
 from ._limits import ServerLimits
 
@@ -36,9 +36,11 @@ def _failure(exc: BaseException) -> RequestError:
     )
 
 
-def _render_or_error(request: CreateRequest) -> tuple[int, ...] | RequestError:
+def _render_or_error(
+    chat_format: ChatFormat, request: CreateRequest
+) -> tuple[int, ...] | RequestError:
     try:
-        return render_prompt(request)
+        return chat_format.render(request)
     except (KeyboardInterrupt, SystemExit):
         raise
     except BaseException as exc:  # pyo3's PanicException is a BaseException
@@ -46,17 +48,20 @@ def _render_or_error(request: CreateRequest) -> tuple[int, ...] | RequestError:
 
 
 def serve_renders(requests: Connection, results: Connection) -> None:
-    """A worker process: render each request it is sent, until its pipe closes."""
-    from streamfold.engines.vocab import harmony_encoding
-
-    harmony_encoding()  # load the vocabulary before the first timed render
+    """A worker process: render each request it is sent in the chat format it was sent first,
+    until its pipe closes."""
+    try:
+        chat_format: ChatFormat = requests.recv()
+    except EOFError:
+        return
+    chat_format.load()  # load the vocabulary before the first timed render
     results.send("ready")
     while True:
         try:
             request = requests.recv()
         except EOFError:
             return
-        results.send(_render_or_error(request))
+        results.send(_render_or_error(chat_format, request))
 
 
 class _Worker:
@@ -64,7 +69,7 @@ class _Worker:
     spawn, which imports the parent's `__main__` again in the child, so an app that calls
     `uvicorn.run(create_app(...))` at the top of its script would start a second server."""
 
-    def __init__(self) -> None:
+    def __init__(self, chat_format: ChatFormat) -> None:
         to_child, from_parent = os.pipe()
         to_parent, from_child = os.pipe()
         module = f"{__package__}._render_worker"
@@ -75,8 +80,9 @@ class _Worker:
         self.requests = Connection(from_parent, readable=False)
         self.results = Connection(to_parent, writable=False)
         try:
+            self.requests.send(chat_format)
             ready = self.results.recv()  # blocks until the vocabulary is loaded
-        except EOFError:
+        except (EOFError, BrokenPipeError):
             ready = None
         if ready != "ready":
             self.kill()
@@ -102,16 +108,18 @@ class _Worker:
 
 
 class Renderer:
-    """Renders prompts inline when small, else in bounded, timed worker processes."""
+    """Renders prompts in the engine's chat format: inline when small, else in bounded, timed
+    worker processes."""
 
-    def __init__(self, limits: ServerLimits) -> None:
+    def __init__(self, limits: ServerLimits, chat_format: ChatFormat) -> None:
         self.limits = limits
+        self.chat_format = chat_format
         self._idle: list[_Worker] = []
         self._slots = anyio.Semaphore(limits.render_workers)
 
     async def render(self, request: CreateRequest, body_bytes: int) -> tuple[int, ...]:
         if body_bytes <= self.limits.inline_render_bytes:
-            result = _render_or_error(request)
+            result = _render_or_error(self.chat_format, request)
         else:
             result = await self._in_worker(request)
         if isinstance(result, RequestError):
@@ -131,7 +139,7 @@ class Renderer:
             worker = self._idle.pop() if self._idle else None
             if worker is None or not worker.alive():
                 # Starting a worker imports the vocabulary (~1 s), once per worker.
-                worker = await anyio.to_thread.run_sync(_Worker)
+                worker = await anyio.to_thread.run_sync(_Worker, self.chat_format)
             # Not cancellable: a render cannot be stopped half-way but by killing its worker,
             # and its result is waited for at most `timeout` seconds.
             result = await anyio.to_thread.run_sync(worker.call, request, timeout)

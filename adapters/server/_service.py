@@ -124,7 +124,7 @@ class ResponseService:
     ) -> None:
         self.engine = engine
         self.limits = limits if limits is not None else ServerLimits()
-        self.renderer = Renderer(self.limits)
+        self.renderer = Renderer(self.limits, engine.format)
         self.store = store
         self.agent = agent if agent is not None else AgentConfig()
         self.new_id = new_id
