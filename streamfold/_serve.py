@@ -82,8 +82,14 @@ def add_serve_parser(
     tools.add_argument(
         "--python-tool",
         action="store_true",
-        help="offer code_interpreter: run model-written python in a limited subprocess (it is "
-        "not a sandbox against network or file reads; see the README)",
+        help="offer code_interpreter: run model-written python in a bubblewrap sandbox "
+        "(needs `bwrap`: apt-get install bubblewrap; see docs/security.md)",
+    )
+    tools.add_argument(
+        "--python-network",
+        action="store_true",
+        help="let the python sandbox use the network (off by default: it then reaches what "
+        "this host reaches)",
     )
     tools.add_argument(
         "--tool-seconds",
@@ -197,7 +203,7 @@ def run_serve(args: argparse.Namespace) -> int:
         return 2
     import uvicorn
 
-    from streamfold.adapters.agent import AgentConfig, PythonTool, ToolLimits
+    from streamfold.adapters.agent import AgentConfig, PythonTool, SandboxUnavailable, ToolLimits
     from streamfold.adapters.registry import ENGINES
     from streamfold.adapters.server import (
         EventStore,
@@ -210,9 +216,18 @@ def run_serve(args: argparse.Namespace) -> int:
     )
     from streamfold.statemachine import StreamfoldError
 
+    python = None
+    if args.python_tool:
+        # No silent downgrade: without the sandbox there is no python tool.
+        try:
+            python = PythonTool(network=args.python_network)
+            python.probe()
+        except SandboxUnavailable as exc:
+            print(f"streamfold serve: --python-tool: {exc}", file=sys.stderr)
+            return 2
     agent = AgentConfig(
         mcp_allow=tuple(args.mcp_allow),
-        python=PythonTool() if args.python_tool else None,
+        python=python,
         limits=ToolLimits(call_seconds=args.tool_seconds),
         max_iterations=args.max_tool_rounds,
     )

@@ -12,6 +12,7 @@ from ._browser import BrowserBackend, BrowserTool, Page, SearchResult, StaticBro
 from ._config import AgentConfig
 from ._mcp import ApprovalFilter, McpServerConfig, McpTool, McpToolInfo, ToolListError
 from ._python import PythonLimits, PythonTool
+from ._sandbox import SandboxUnavailable
 from ._tool import ItemKind, ListedTool, Tool, ToolInfo, ToolLimits, ToolResult, run_tool
 
 __all__ = [
@@ -27,6 +28,7 @@ __all__ = [
     "Page",
     "PythonLimits",
     "PythonTool",
+    "SandboxUnavailable",
     "SearchResult",
     "StaticBrowserBackend",
     "Tool",

@@ -1,48 +1,43 @@
-"""The `python` tool: model-written code run in a subprocess, off unless the operator enables it.
+"""The `python` tool: model-written code run in a bubblewrap sandbox, off unless the operator
+enables it.
 
 What one call does:
-- writes the code to `main.py` in a fresh scratch directory (removed afterwards), and runs it
-  with the server's own interpreter in isolated mode (`python -I`: no `PYTHON*` variables, no
-  user site-packages, the script's directory not on `sys.path`), its working directory and
-  `HOME`/`TMPDIR` the scratch directory;
-- gives it no inherited environment: only `PATH=/usr/bin:/bin`, `LANG=C.UTF-8` and those two;
+- waits for one of `PythonLimits.concurrent` slots (so the calls' memory together is bounded:
+  `concurrent * (memory_bytes + scratch_bytes)`);
+- starts `bwrap` (see `_sandbox.py` for what the sandbox isolates) with a clean environment of
+  its own, which copies the code to `/sandbox/main.py` in a fresh size-limited tmpfs and runs
+  it with the server's base interpreter in isolated mode (`python -I`);
 - before the code runs, sets hard resource limits it cannot raise again: address space
   (`RLIMIT_AS`, the memory limit), CPU seconds (`RLIMIT_CPU`), the size of any file it writes
-  (`RLIMIT_FSIZE`), no core files;
-- starts it in its own session (process group), stdin closed; reads stdout and stderr together
-  up to `output_bytes`; on the wall-clock limit, on too much output, or when the response is
-  cancelled, kills the whole process group (SIGKILL) and waits for it;
+  (`RLIMIT_FSIZE`), open files, no core files;
+- reads stdout and stderr together up to `output_bytes`; on the wall-clock limit, on too much
+  output, or when the response is cancelled, kills bwrap's process group; the sandbox's pid
+  namespace dies with it (`--die-with-parent`), every process in it included;
 - like a notebook cell, prints the value of a last bare expression.
 
-What it does NOT isolate (run it inside a container or VM where that matters):
-- the network: the code can open sockets and reach anything the server can;
-- the filesystem: it can read every file the server's user can read, and write (up to the file
-  size limit) wherever that user can write; only its working directory is fresh;
-- other processes: it runs as the server's user, so it can signal that user's processes; a
-  child that starts its own session escapes the process-group kill; the number of processes
-  is not limited (RLIMIT_NPROC counts every process of the user, the server included);
-- it is one fresh process per call: no state carries from one call to the next.
+It is one fresh sandbox per call: no state carries from one call to the next. The code
+cannot start processes (threads it can). The network is off unless the operator allows it
+(`PythonTool(network=True)`, `streamfold serve --python-network`); then the code reaches what
+the server's host reaches.
 """
 
 from __future__ import annotations
 
 import os
-import shutil
 import signal
 import subprocess
 import sys
-import tempfile
-from pathlib import Path
 from typing import Any
 
 import anyio
 import attrs
 
+from ._sandbox import SandboxUnavailable, bwrap_argv, find_bwrap, seccomp_filter
 from ._tool import ItemKind, ToolResult
 
 __all__ = ["PythonLimits", "PythonTool"]
 
-# Runs first in the child: limits, then the code (a last bare expression's value is printed).
+# Runs first in the sandbox: limits, then the code (a last bare expression's value is printed).
 _BOOTSTRAP = """\
 import ast, resource, sys
 memory, cpu, fsize = (int(v) for v in sys.argv[1:4])
@@ -50,6 +45,7 @@ resource.setrlimit(resource.RLIMIT_AS, (memory, memory))
 resource.setrlimit(resource.RLIMIT_CPU, (cpu, cpu))
 resource.setrlimit(resource.RLIMIT_FSIZE, (fsize, fsize))
 resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
+resource.setrlimit(resource.RLIMIT_NOFILE, (256, 256))
 sys.argv = ["main.py"]
 source = open("main.py", encoding="utf-8").read()
 tree = ast.parse(source, "main.py")
@@ -65,20 +61,24 @@ if last is not None:
 
 @attrs.frozen(kw_only=True)
 class PythonLimits:
-    """Limits of one python call (see the module docstring for what they cover)."""
+    """Limits of the python tool (see the module docstring for what they cover)."""
 
     seconds: float = 30.0  # wall clock
     cpu_seconds: int = 30
     memory_bytes: int = 1 << 30
     file_bytes: int = 16 << 20
     output_bytes: int = 64 << 10
+    #: The writable scratch folder's size (a tmpfs: it is memory).
+    scratch_bytes: int = 64 << 20
+    #: Calls that run at once (the rest wait, within the call's time limit).
+    concurrent: int = 2
 
 
 _DESCRIPTION = (
     "Use this tool to execute Python code in your chain of thought. When you send a message "
-    "containing Python code to python, it is run in a fresh, stateless process, and its stdout "
+    "containing Python code to python, it is run in a fresh, stateless sandbox, and its stdout "
     "and stderr are returned to you (the value of a last bare expression is printed). It times "
-    "out after {seconds:g} seconds. Nothing is kept between calls."
+    "out after {seconds:g} seconds. Nothing is kept between calls. {network}"
 )
 
 
@@ -89,59 +89,116 @@ def _kill_group(process: Any) -> None:
         pass  # already gone
 
 
+def _memfd(name: str, data: bytes) -> int:
+    fd = os.memfd_create(name, 0)  # flags 0: no CLOEXEC, bwrap reads it after exec
+    os.write(fd, data)
+    os.lseek(fd, 0, os.SEEK_SET)
+    return fd
+
+
 class PythonTool:
-    """Runs model-written code (see the module docstring). Enable it with
-    `AgentConfig(python=PythonTool())`; a request then offers it with `code_interpreter`."""
+    """Runs model-written code in a sandbox (see the module docstring). Enable it with
+    `AgentConfig(python=PythonTool())`; a request then offers it with `code_interpreter`.
+
+    Raises `SandboxUnavailable` when `bwrap` is not installed: there is no unsandboxed mode."""
 
     namespace = "python"
     kind: ItemKind = "code_interpreter_call"
 
-    def __init__(self, limits: PythonLimits = PythonLimits(), *, executable: str | None = None):
+    def __init__(
+        self,
+        limits: PythonLimits = PythonLimits(),
+        *,
+        executable: str | None = None,
+        network: bool = False,
+    ):
         self.limits = limits
-        self.executable = executable or sys.executable
+        self.network = network
+        self.bwrap = find_bwrap()
+        self.seccomp = seccomp_filter()
+        # The base interpreter, not a virtualenv's: the sandbox binds its prefix (the stdlib),
+        # and never the virtualenv or the source tree.
+        base = getattr(sys, "_base_executable", None) or sys.executable
+        self.executable = executable or os.path.realpath(base)
+        self._slots = anyio.Semaphore(limits.concurrent)
+
+    def probe(self) -> None:
+        """Start one empty sandbox now, so a server refuses to start (rather than fail each
+        call) where namespaces are refused. Raises `SandboxUnavailable` with bwrap's words."""
+        seccomp = _memfd("seccomp", self.seccomp)
+        try:
+            argv = bwrap_argv(
+                self.bwrap,
+                seccomp_fd=seccomp,
+                scratch_bytes=self.limits.scratch_bytes,
+                network=self.network,
+            )
+            done = subprocess.run(
+                [*argv, self.executable, "-I", "-c", "pass"],
+                pass_fds=(seccomp,),
+                env={},
+                stdin=subprocess.DEVNULL,
+                capture_output=True,
+                timeout=30,
+            )
+        finally:
+            os.close(seccomp)
+        if done.returncode != 0:
+            said = done.stderr.decode(errors="replace").strip() or f"exit {done.returncode}"
+            raise SandboxUnavailable(
+                f"the python sandbox does not start here ({said}); bubblewrap needs "
+                "unprivileged user namespaces (sysctl kernel.unprivileged_userns_clone=1, or "
+                "a container run with them allowed)"
+            )
 
     def describe(self) -> Any:
         import openai_harmony as h
 
-        return h.ToolNamespaceConfig(
-            name="python", description=_DESCRIPTION.format(seconds=self.limits.seconds), tools=[]
-        )
+        network = "It has network access." if self.network else "It has no network access."
+        description = _DESCRIPTION.format(seconds=self.limits.seconds, network=network)
+        return h.ToolNamespaceConfig(name="python", description=description, tools=[])
 
     async def call(self, name: str | None, arguments: str) -> ToolResult:
-        scratch = Path(tempfile.mkdtemp(prefix="streamfold-python-"))
-        try:
-            (scratch / "main.py").write_text(arguments, encoding="utf-8")
-            return await self._run(scratch)
-        finally:
-            shutil.rmtree(scratch, ignore_errors=True)
+        async with self._slots:
+            return await self._run(arguments)
 
-    async def _run(self, scratch: Path) -> ToolResult:
+    async def _run(self, code: str) -> ToolResult:
         limits = self.limits
-        env = {
-            "PATH": "/usr/bin:/bin",
-            "LANG": "C.UTF-8",
-            "HOME": str(scratch),
-            "TMPDIR": str(scratch),
-        }
-        command = [
-            self.executable,
-            "-I",
-            "-u",  # unbuffered: stdout and stderr interleave as the code wrote them
-            "-c",
-            _BOOTSTRAP,
-            str(limits.memory_bytes),
-            str(limits.cpu_seconds),
-            str(limits.file_bytes),
-        ]
-        process = await anyio.open_process(
-            command,
-            stdin=subprocess.DEVNULL,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-            cwd=scratch,
-            env=env,
-            start_new_session=True,
-        )
+        seccomp = _memfd("seccomp", self.seccomp)
+        source = _memfd("main.py", code.encode("utf-8", errors="surrogatepass"))
+        try:
+            argv = bwrap_argv(
+                self.bwrap,
+                seccomp_fd=seccomp,
+                scratch_bytes=limits.scratch_bytes,
+                network=self.network,
+                files=((source, "main.py"),),
+            )
+            command = [
+                *argv,
+                self.executable,
+                "-I",
+                "-u",  # unbuffered: stdout and stderr interleave as the code wrote them
+                "-c",
+                _BOOTSTRAP,
+                str(limits.memory_bytes),
+                str(limits.cpu_seconds),
+                str(limits.file_bytes),
+            ]
+            # bwrap's own environment is empty too: its pid 1 in the sandbox keeps the
+            # environment it was started with, and the code can read /proc/1/environ.
+            process = await anyio.open_process(
+                command,
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.STDOUT,
+                env={},
+                start_new_session=True,
+                pass_fds=(seccomp, source),
+            )
+        finally:
+            os.close(seccomp)
+            os.close(source)
         output = bytearray()
         cut = False
         try:
