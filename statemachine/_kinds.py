@@ -37,7 +37,7 @@ from . import _model as m
 if TYPE_CHECKING:
     from ._items import OpenItem
 
-__all__ = ["KINDS", "ItemKind", "ItemStatus", "Kind", "Outcome", "kind_of_item"]
+__all__ = ["KINDS", "CallKind", "ItemKind", "ItemStatus", "Kind", "Outcome", "kind_of_item"]
 
 ItemKind = Literal[
     "message",
@@ -49,6 +49,10 @@ ItemKind = Literal[
     "mcp_list_tools",
     "mcp_approval_request",
 ]
+#: The kinds of a call the server runs for the model (the agent loop's tools): the reducer
+#: makes one from the recipient (`browser.*` a web search, `python` a code interpreter call,
+#: anything else an MCP call). The types name the table's rows; a test holds them equal.
+CallKind = Literal["web_search_call", "code_interpreter_call", "mcp_call"]
 ItemStatus = Literal["in_progress", "completed", "incomplete", "failed"]
 
 

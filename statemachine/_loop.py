@@ -27,8 +27,6 @@ brings it back: `approved_call` then opens the approved `mcp_call` as a pending 
 
 from __future__ import annotations
 
-from typing import Literal
-
 import attrs
 
 from . import _events as ev
@@ -36,7 +34,7 @@ from . import _model as m
 from ._errors import ReducerUsageError
 from ._grammar import ResponseState, replace_state, settle_call
 from ._items import Out, append_text, end_call, open_item, settle
-from ._kinds import ItemStatus, Outcome
+from ._kinds import CallKind, ItemStatus, Outcome
 from ._reducer import closed_error
 from ._text import rope_text
 
@@ -58,8 +56,6 @@ __all__ = [
 
 #: One tool an MCP server lists (openai `McpListToolsTool`).
 McpToolInfo = m.McpListToolsTool
-
-CallKind = Literal["web_search_call", "code_interpreter_call", "mcp_call"]
 
 
 @attrs.frozen(kw_only=True)

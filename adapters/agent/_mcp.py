@@ -59,7 +59,8 @@ class ApprovalFilter:
 
 @attrs.frozen(kw_only=True)
 class McpServerConfig:
-    """A request's `{"type": "mcp"}` tool, validated (see `_request_tools.py`)."""
+    """A request's `{"type": "mcp"}` tool (`protocol.McpParam`, checked by
+    `protocol.check_server_tools`), as the loop connects to it (`_config.py` builds it)."""
 
     server_label: str
     server_url: str

@@ -18,10 +18,12 @@ it in the next generation, and the response goes on.
 
 from __future__ import annotations
 
-from typing import Any, Literal, Protocol, runtime_checkable
+from typing import Any, Protocol, runtime_checkable
 
 import anyio
 import attrs
+
+from streamfold.statemachine._kinds import CallKind
 
 __all__ = [
     "ItemKind",
@@ -34,8 +36,9 @@ __all__ = [
 ]
 
 #: The output item a call to this tool becomes (the reducer decides it from the recipient:
-#: `browser.*` a web search call, `python` a code interpreter call, anything else an MCP call).
-ItemKind = Literal["web_search_call", "code_interpreter_call", "mcp_call"]
+#: `browser.*` a web search call, `python` a code interpreter call, anything else an MCP call):
+#: the kinds table's `CallKind`.
+ItemKind = CallKind
 
 # What the model reads back is capped: a tool that prints a gigabyte must not become a
 # gigabyte prompt (nor a gigabyte event).
