@@ -1,4 +1,5 @@
-"""What the vLLM and SGLang adapters share: typed errors, the error chunk, and the release step.
+"""What the vLLM and SGLang adapters share: typed errors, the error chunk, the release step, and
+the clamp of `max_output_tokens` to the context.
 
 Engine failures are data. An exception raised by an engine while it streams (a dead engine, a
 CUDA error, a request it rejects) ends the chunk stream with one final chunk whose
@@ -20,11 +21,12 @@ from typing import Any
 
 import anyio
 
-from streamfold.engines import TokenChunk
+from streamfold.engines import GenerationRequest, TokenChunk
 
 __all__ = [
     "EngineNotInstalledError",
     "EngineOutputError",
+    "clamp_to_context",
     "stream_chunks",
 ]
 
@@ -62,6 +64,19 @@ def error_chunk(engine: str, request_id: str, exc: BaseException) -> TokenChunk:
     if cause is not None:
         message += f" (caused by {type(cause).__name__}: {cause})"
     return TokenChunk(finish_reason="error", error=message)
+
+
+def clamp_to_context(
+    request: GenerationRequest, context: int | None, reserved: int = 0
+) -> int | None:
+    """`request.max_output_tokens`, clamped to what a context of `context` tokens leaves after
+    the prompt (and `reserved` slots), so that a response that reaches it ends "length"
+    (incomplete) on every engine. At least 1: a prompt that fills the context is the engine's
+    to refuse, with its own message."""
+    wanted = request.max_output_tokens
+    if wanted is None or context is None:
+        return wanted
+    return min(wanted, max(1, context - reserved - len(request.prompt_token_ids)))
 
 
 async def stream_chunks(

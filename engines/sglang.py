@@ -17,14 +17,29 @@ What the adapter must not assume:
   modes, so each dict says which it is: ids of length `completion_tokens` are cumulative, ids
   that complete the count from what was already passed are incremental (at the first dict the
   two readings agree). The logprob lists follow the same mode.
+  One dict breaks both readings: the echo of an abort SGLang made itself (from its waiting
+  queue: a retracted request that timed out, `abort_all`) re-sends, under incremental
+  streaming, the last token with the full count (`_handle_abort_req`). It ends the stream as
+  the abort it is, and the repeated token is not passed twice.
 * that `abort_request(rid)` aborts exactly `rid`. The scheduler matches
   `req.rid.startswith(rid)`, so aborting "req-1" also aborts "req-12". The adapter sends SGLang
   the prefix-free rid `f"{len(request_id)}:{request_id}"`.
-* that closing the stream aborts the request. `generate_request` drops the rid's state on any
-  exception, `GeneratorExit` included, without telling the scheduler, and `abort_request` then
-  ignores the rid. The adapter aborts first, then closes. (If the consumer is cancelled while
-  waiting inside SGLang's generator, SGLang drops the state before the adapter runs, and an
-  SGLang without the upstream fix keeps decoding that request to its token limit.)
+* that closing the stream aborts the request. Before 0.5.23 `generate_request` dropped the rid's
+  state on any exception, `GeneratorExit` included, without telling the scheduler, and
+  `abort_request` then ignored the rid; 0.5.23 aborts what it dispatched. The adapter aborts
+  first, then closes, which is right for both (0.5.23 sends one abort per rid).
+* that a seed makes a request reproducible. SGLang takes `sampling_seed` but reads it only when
+  the engine was started with `enable_deterministic_inference`; without it a seeded request
+  logs one warning per source (the switch costs speed for every request, so it is the
+  operator's to set: `--engine-arg enable_deterministic_inference=true`).
+* that any `max_new_tokens` is taken. SGLang refuses `prompt + max_new_tokens` past the context
+  with a ValueError before the first token; the adapter clamps it to what the context leaves,
+  so such a response ends "length" (incomplete), as on vLLM.
+* that the server keeps its signal handlers. SGLang's first request installs SIGTERM and
+  SIGQUIT handlers on the serving loop (`TokenizerManager.auto_create_handle_loop`, main
+  thread only); SIGTERM then drains and `sys.exit`s past the server's graceful shutdown. The
+  adapter runs that step itself before its first request and puts the SIGTERM handler it found
+  back; SGLang keeps SIGQUIT, which its child processes send when one of them fails.
 
 Finish reasons: "stop" (with the matched id or string as `stop_reason`) and "length" map to
 themselves; "abort" without a status code is a client abort and maps to "abort"; "abort" with a
@@ -35,7 +50,11 @@ stream as "error" with SGLang's message. Engine exceptions become a final error 
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Mapping, Sequence
+import asyncio
+import logging
+import signal
+from collections.abc import AsyncIterator, Callable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from typing import Any, Protocol
 
 import attrs
@@ -45,12 +64,15 @@ from streamfold.engines import GenerationRequest, TokenChunk
 from ._engine_stream import (
     EngineNotInstalledError,
     EngineOutputError,
+    clamp_to_context,
     stream_chunks,
 )
 
 __all__ = ["SGLangTokenSource", "build_sglang_engine", "sglang_rid"]
 
 _ENGINE = "SGLang"
+
+logger = logging.getLogger("streamfold.adapters")
 
 
 class _TokenizerManagerLike(Protocol):
@@ -69,7 +91,10 @@ def sglang_rid(request_id: str) -> str:
 
 
 def build_sglang_engine(model: str, **server_args: Any) -> SGLangTokenSource:
-    """Start a real `sglang.Engine(model_path=model, **server_args)`; needs SGLang and a GPU."""
+    """Start a real `sglang.Engine(model_path=model, **server_args)`; needs SGLang and a GPU.
+
+    It blocks for the whole model load; `streamfold serve` calls it in a worker thread, where
+    SGLang leaves the process's signal handlers alone (entrypoints/engine.py:1971-1992)."""
     try:
         import sglang
     except ImportError as exc:
@@ -79,18 +104,37 @@ def build_sglang_engine(model: str, **server_args: Any) -> SGLangTokenSource:
 
 class SGLangTokenSource:
     """A `TokenSource` over SGLang's `Engine` (anything with `async_generate` and
-    `tokenizer_manager.abort_request`)."""
+    `tokenizer_manager.abort_request`).
+
+    `close()` shuts the engine down (`Engine.shutdown()`): call it when done with both.
+    """
 
     def __init__(self, engine: _SGLangEngineLike) -> None:
         self._engine = engine
+        manager = engine.tokenizer_manager
+        context = getattr(manager, "context_len", None)
+        self._context: int | None = context if isinstance(context, int) else None
+        reserved = getattr(manager, "num_reserved_tokens", 0)
+        self._reserved = reserved if isinstance(reserved, int) else 0
+        deterministic = getattr(
+            getattr(engine, "server_args", None), "enable_deterministic_inference", None
+        )
+        # Warn only where the engine says it is off (an unknown engine is given the benefit).
+        self._seeds_ignored = deterministic is False
+        self._loop_claimed = False
 
-    @staticmethod
-    def sampling_params(request: GenerationRequest) -> dict[str, Any]:
+    def close(self) -> None:
+        """Shut the engine down (its scheduler and detokenizer processes, GPU memory)."""
+        shutdown = getattr(self._engine, "shutdown", None)
+        if callable(shutdown):
+            shutdown()
+
+    def sampling_params(self, request: GenerationRequest) -> dict[str, Any]:
         """The `sampling_params` dict for `request`, keyed as SGLang's `SamplingParams`."""
         sampling = request.sampling
         params: dict[str, Any] = {
             # Always passed: SGLang's default is 128; None means "up to the context length".
-            "max_new_tokens": request.max_output_tokens,
+            "max_new_tokens": clamp_to_context(request, self._context, self._reserved),
             "temperature": sampling.temperature,
             "top_p": sampling.top_p,
             # SGLang rejects top_k=0 ("must be -1 (disable) or at least 1").
@@ -100,7 +144,26 @@ class SGLangTokenSource:
         if sampling.seed is not None:
             # Only when set: SGLang versions without per-request seeds reject the key.
             params["sampling_seed"] = sampling.seed
+            if self._seeds_ignored:
+                self._seeds_ignored = False  # once per source
+                logger.warning(
+                    "SGLang ignores request seeds unless the engine is started with"
+                    " enable_deterministic_inference (--engine-arg"
+                    " enable_deterministic_inference=true): seeded responses are not"
+                    " reproducible on this engine"
+                )
         return params
+
+    def _claim_serving_loop(self) -> None:
+        """Run SGLang's once-per-loop set-up before its first request, keeping the SIGTERM
+        handler the server installed (see the module docstring)."""
+        self._loop_claimed = True
+        create: Callable[[], object] | None = getattr(
+            self._engine.tokenizer_manager, "auto_create_handle_loop", None
+        )
+        if create is not None:
+            with _keeping_handler(signal.SIGTERM):
+                create()
 
     def generate(self, request: GenerationRequest) -> AsyncIterator[TokenChunk]:
         """Stream `request` from the engine as token chunks; the last one has `finish_reason`."""
@@ -109,6 +172,8 @@ class SGLangTokenSource:
         reader = _OutputReader(logprobs=wants_logprobs, top_logprobs=request.sampling.top_logprobs)
 
         async def open_outputs() -> AsyncIterator[dict[str, Any]]:
+            if not self._loop_claimed:
+                self._claim_serving_loop()
             # Built here, inside the shared loop's error handling, as the engine call is.
             kwargs: dict[str, Any] = {
                 "input_ids": list(request.prompt_token_ids),
@@ -132,6 +197,22 @@ class SGLangTokenSource:
         )
 
 
+@contextmanager
+def _keeping_handler(signum: int) -> Iterator[None]:
+    """Put back the handler of `signum` that the block replaced (with the running asyncio
+    loop's `add_signal_handler`, or `signal.signal`)."""
+    before = signal.getsignal(signum)
+    try:
+        yield
+    finally:
+        if signal.getsignal(signum) is not before:
+            try:
+                asyncio.get_running_loop().remove_signal_handler(signum)
+            except RuntimeError:  # no running asyncio loop: it was `signal.signal`
+                pass
+            signal.signal(signum, before if before is not None else signal.SIG_DFL)
+
+
 @attrs.define
 class _OutputReader:
     """Turns successive stream dicts of one request into chunks of not-yet-passed tokens."""
@@ -144,10 +225,15 @@ class _OutputReader:
         meta = output["meta_info"]
         ids = [int(t) for t in output.get("output_ids") or ()]
         total = int(meta["completion_tokens"])
+        finish = meta.get("finish_reason")
         if len(ids) == total and total >= self.passed:
             start = self.passed  # cumulative (or the first incremental dict: same reading)
         elif self.passed + len(ids) == total:
             start = 0  # incremental
+        elif _is_abort(finish) and ids and self.passed + len(ids) == total + 1:
+            # The echo of an abort SGLang made itself: under incremental streaming it sends
+            # the last token again (after any it coalesced), with the full count.
+            ids, start = ids[:-1], 0
         else:
             raise EngineOutputError(
                 f"SGLang dict for rid {meta.get('id')!r} has {len(ids)} output_ids and"
@@ -156,7 +242,6 @@ class _OutputReader:
             )
         new = ids[start:]
         self.passed = total
-        finish = meta.get("finish_reason")
         if not new and finish is None:
             return None
         logprobs, top = self._logprobs(meta, start, new)
@@ -201,6 +286,10 @@ def _positions(meta: Mapping[str, Any], key: str, start: int, count: int) -> Seq
             " (logprobs were requested for every token)"
         )
     return list(positions[start : start + count])
+
+
+def _is_abort(finish: object) -> bool:
+    return isinstance(finish, Mapping) and finish.get("type") == "abort"
 
 
 def _finish(finish: object) -> dict[str, Any]:

@@ -11,10 +11,17 @@ for DELTA outputs and turns each `RequestOutput` into one `TokenChunk`. What it 
 * DELTA outputs. A source built with `output_kind="cumulative"` reads CUMULATIVE outputs, where
   `token_ids` is everything so far (a live reference to the detokenizer's list) and a lagging
   consumer only sees the newest one; the adapter passes on what it has not passed yet.
-* `len(logprobs) == len(token_ids)`. vLLM slices DELTA logprobs with `logprobs[-len(token_ids):]`,
-  so the abort output, which has no tokens, carries the *whole* logprob list (`[-0:]`); merged
-  into a lagging DELTA output it makes the list longer than the tokens. Logprobs always end at
-  the newest token, so the adapter takes the last `len(new tokens)` positions.
+* `len(logprobs) == len(token_ids)`. vLLM before 0.33 sliced DELTA logprobs with
+  `logprobs[-len(token_ids):]`, so the abort output, which has no tokens, carried the *whole*
+  logprob list (`[-0:]`); merged into a lagging DELTA output it made the list longer than the
+  tokens (0.33 slices `logprobs[:0]` there). Logprobs always end at the newest token, so the
+  adapter takes the last `len(new tokens)` positions, which is right for both.
+
+The prompt goes in as `vllm.inputs.tokens_input(ids)`, the rendered input vLLM 0.33 takes
+directly (the raw `{"prompt_token_ids": ...}` dict of older vLLMs is deprecated there and
+re-rendered in a worker thread). `max_output_tokens` is clamped to what the context
+(`model_config.max_model_len`) leaves after the prompt, as the SGLang adapter does: vLLM would
+end such a request "length" at the context anyway, and the two engines then agree.
 
 Finish reasons (vllm/v1/engine/__init__.py `FINISH_REASON_STRINGS`, "stop", "length", "abort",
 "error", "repetition"): "stop", "length" and "abort" map to themselves, with `stop_reason` (the
@@ -36,6 +43,7 @@ from streamfold.engines import GenerationRequest, TokenChunk
 from ._engine_stream import (
     EngineNotInstalledError,
     EngineOutputError,
+    clamp_to_context,
     stream_chunks,
 )
 
@@ -44,6 +52,7 @@ __all__ = [
     "VLLMTokenSource",
     "build_vllm_engine",
     "load_vllm_api",
+    "raw_token_prompt",
 ]
 
 _ENGINE = "vLLM"
@@ -58,16 +67,26 @@ class _AsyncLLMLike(Protocol):
     async def abort(self, request_id: str) -> None: ...
 
 
+def raw_token_prompt(prompt_token_ids: list[int]) -> dict[str, Any]:
+    """The prompt of a vLLM without `vllm.inputs.tokens_input`: a `TokensPrompt` TypedDict,
+    which at runtime is exactly this dict. vLLM 0.33 still takes it, through a deprecated path
+    that renders it again and logs "Passing raw prompts ... is deprecated"."""
+    return {"prompt_token_ids": prompt_token_ids}
+
+
 @attrs.frozen(kw_only=True)
 class VLLMApi:
     """The vLLM names the adapter builds requests with, so tests can pass faithful stand-ins.
 
     `sampling_params` is `vllm.SamplingParams`; `output_kinds` maps "delta" and "cumulative" to
-    `vllm.sampling_params.RequestOutputKind.DELTA` and `.CUMULATIVE`.
+    `vllm.sampling_params.RequestOutputKind.DELTA` and `.CUMULATIVE`; `token_prompt` makes the
+    prompt from token ids: `vllm.inputs.tokens_input` (`{"type": "token", ...}`, the rendered
+    input vLLM 0.33 takes directly), or `raw_token_prompt` where vLLM predates it.
     """
 
     sampling_params: Callable[..., Any]
     output_kinds: Mapping[OutputKind, Any]
+    token_prompt: Callable[[list[int]], Any] = raw_token_prompt
 
 
 def load_vllm_api() -> VLLMApi:
@@ -77,20 +96,28 @@ def load_vllm_api() -> VLLMApi:
         from vllm.sampling_params import RequestOutputKind
     except ImportError as exc:
         raise EngineNotInstalledError(engine="vllm", extra="vllm", cause=exc) from exc
+    try:
+        from vllm.inputs import tokens_input
+    except ImportError:  # a vLLM from before `tokens_input`: the raw TokensPrompt dict
+        token_prompt: Callable[[list[int]], Any] = raw_token_prompt
+    else:
+        token_prompt = tokens_input
     return VLLMApi(
         sampling_params=SamplingParams,
         output_kinds={
             "delta": RequestOutputKind.DELTA,
             "cumulative": RequestOutputKind.CUMULATIVE,
         },
+        token_prompt=token_prompt,
     )
 
 
 def build_vllm_engine(model: str, **engine_args: Any) -> VLLMTokenSource:
     """Start a real `AsyncLLM` for `model` (`AsyncEngineArgs(model=model, **engine_args)`).
 
-    Needs vLLM and a CUDA GPU. Call it inside the asyncio event loop that will serve requests:
-    `AsyncLLM` starts its output handler on the running loop.
+    Needs vLLM and a CUDA GPU. It blocks for the whole model load, so a server calls it in a
+    worker thread (`streamfold serve` does): `AsyncLLM` then starts its output handler on the
+    first request, in the loop that serves it (vllm/v1/engine/async_llm.py:218-224, 523-526).
     """
     try:
         from vllm import AsyncEngineArgs
@@ -102,7 +129,10 @@ def build_vllm_engine(model: str, **engine_args: Any) -> VLLMTokenSource:
 
 
 class VLLMTokenSource:
-    """A `TokenSource` over a vLLM `AsyncLLM` (or anything with its `generate`/`abort`)."""
+    """A `TokenSource` over a vLLM `AsyncLLM` (or anything with its `generate`/`abort`).
+
+    `close()` shuts the engine down (`AsyncLLM.shutdown()`): call it when done with both.
+    """
 
     def __init__(
         self,
@@ -123,6 +153,14 @@ class VLLMTokenSource:
         # streamfold reads token ids only, so by default vLLM's API process is spared the
         # per-token detokenization; turn it on to get `text` (or stop strings) from vLLM too.
         self._detokenize = detokenize
+        context = getattr(getattr(engine, "model_config", None), "max_model_len", None)
+        self._context: int | None = context if isinstance(context, int) else None
+
+    def close(self) -> None:
+        """Shut the engine down (its engine-core processes and GPU memory)."""
+        shutdown = getattr(self._engine, "shutdown", None)
+        if callable(shutdown):
+            shutdown()
 
     def sampling_params(self, request: GenerationRequest) -> Any:
         """The `vllm.SamplingParams` for `request`."""
@@ -135,7 +173,7 @@ class VLLMTokenSource:
             seed=sampling.seed,
             # Always passed: vLLM's default is max_tokens=16, and None means "up to the
             # context length", which is what an unset max_output_tokens means here.
-            max_tokens=request.max_output_tokens,
+            max_tokens=clamp_to_context(request, self._context),
             # vLLM returns the sampled token's logprob plus the top k; 0 gives the sampled one.
             logprobs=sampling.top_logprobs if _wants_logprobs(request) else None,
             stop_token_ids=list(request.stop_token_ids),
@@ -152,8 +190,7 @@ class VLLMTokenSource:
         )
 
         async def open_outputs() -> AsyncIterator[Any]:
-            # `TokensPrompt` is a TypedDict: at runtime it is exactly this dict.
-            prompt = {"prompt_token_ids": list(request.prompt_token_ids)}
+            prompt = self._api.token_prompt(list(request.prompt_token_ids))
             return self._engine.generate(prompt, self.sampling_params(request), request.request_id)
 
         # Returned, not iterated here: closing it closes the engine stream at once.

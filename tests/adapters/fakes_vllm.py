@@ -1,6 +1,23 @@
 """A faithful stand-in for vLLM's `AsyncLLM` streaming surface, checked against vLLM's source.
 
-Facts modelled, with the file and the commit of vllm-project/vllm they were read from:
+Facts modelled, read from the vLLM 0.33.0 wheel (`../shared/reference/real-engine-apis.md`) and,
+where older, from the file and commit of vllm-project/vllm named:
+
+* `SamplingParams` (vllm/sampling_params.py:271-440 in 0.33.0) accepts exactly the keywords of
+  `_SAMPLING_DEFAULTS`; `StructuredOutputsParams` (:101-141) takes exactly one constraint of
+  `json | regex | choice | grammar | json_object | structural_tag`, else `VLLMValidationError`.
+  `AsyncLLM.generate` takes the keyword-only arguments of `GENERATE_KEYWORDS` (v1/engine/
+  async_llm.py:726-745). `tests/adapters/test_standin_signatures.py` compares all three with the
+  real classes where vLLM is installed.
+* `vllm.inputs.tokens_input(ids)` (inputs/engine.py:47-63) gives `{"type": "token",
+  "prompt_token_ids": ids}`; a prompt dict without `"type"` takes the deprecated raw-prompt
+  path, which logs "Passing raw prompts to InputProcessor is deprecated" once
+  (v1/engine/input_processor.py:402-427): recorded here in `raw_prompts`. `API_BEFORE_TOKENS_INPUT`
+  is the API of a vLLM that predates `tokens_input`.
+* `AsyncLLM.model_config.max_model_len` (async_llm.py:145): `max_tokens=None` means up to the
+  context (input_processor.py:476-480), and a request that reaches the context or `max_tokens`
+  finishes "length" (v1/core/sched/utils.py:114-119).
+* `AsyncLLM.shutdown(timeout=None)` (async_llm.py:305).
 
 * `CompletionOutput` fields and `RequestOutput.add(next, aggregate)`: vllm/outputs.py @003d3ee2.
   With `aggregate=True` (DELTA) text, token_ids and logprobs are concatenated and the finish
@@ -8,11 +25,12 @@ Facts modelled, with the file and the commit of vllm-project/vllm they were read
 * `RequestOutputCollector.put/get` (vllm/v1/engine/output_processor.py @d0782260): one slot per
   request; outputs that arrive before the consumer reads are merged with `add(aggregate=DELTA)`.
 * `RequestState.make_request_output/_new_completion_output` (same file): DELTA outputs carry the
-  step's new token ids and `logprobs[-len(token_ids):]` (so an output with no tokens carries the
-  whole list); CUMULATIVE outputs carry `detokenizer.output_token_ids` and the logprob list
-  themselves, live references that keep growing. With `stream_interval > 1` an output is made
-  only when finished, at the first token, or once `stream_interval` tokens are pending; in DELTA
-  mode it then carries every token since the last one sent.
+  step's new token ids and `logprobs[-n:] if n else logprobs[:0]` (0.33.0,
+  output_processor.py:493-498: an output with no tokens carries no logprobs); CUMULATIVE
+  outputs carry `detokenizer.output_token_ids` and the logprob list themselves, live references
+  that keep growing. With `stream_interval > 1` an output is made only when finished, at the
+  first token, or once `stream_interval` tokens are pending; in DELTA mode it then carries
+  every token since the last one sent.
 * `OutputProcessor.abort_requests` (same file) makes a final output with no new tokens and
   `finish_reason="abort"`; aborting an unknown or finished id does nothing.
 * `AsyncLLM.generate` (vllm/v1/engine/async_llm.py @00080ee1): on `CancelledError` or
@@ -20,9 +38,10 @@ Facts modelled, with the file and the commit of vllm-project/vllm they were read
   cancelled anyio scope that await is itself cancelled: anyio re-delivers cancellation at every
   await); on any other error it aborts and raises `EngineGenerateError() from e`;
   `EngineDeadError` is re-raised as is.
-* `Logprob(logprob, rank, decoded_token)` and `FlatLogprobs` (vllm/logprobs.py @578b601c): one
-  dict per position, the sampled token first with its own rank, then the top-k with ranks 1..k
-  (a sampled token inside the top-k is the same key, overwritten with its top-k rank).
+* `Logprob(logprob, rank, decoded_token)` and `FlatLogprobs` (vllm/logprobs.py @578b601c; an
+  empty slice is an empty `FlatLogprobs` in 0.33.0, logprobs.py:120-125): one dict per
+  position, the sampled token first with its own rank, then the top-k with ranks 1..k (a
+  sampled token inside the top-k is the same key, overwritten with its top-k rank).
 * `SamplingParams` defaults (vllm/sampling_params.py @00388f65): `max_tokens=16`, `top_k=0`,
   `logprobs=None`, `output_kind=RequestOutputKind.CUMULATIVE`; unknown keywords are a TypeError
   (msgspec struct).
@@ -47,22 +66,98 @@ class RequestOutputKind(enum.Enum):
     FINAL_ONLY = 2
 
 
+# Every public field of vLLM 0.33.0's `SamplingParams` (vllm/sampling_params.py:285-440).
 _SAMPLING_DEFAULTS: dict[str, Any] = {
     "n": 1,
+    "presence_penalty": 0.0,
+    "frequency_penalty": 0.0,
+    "repetition_penalty": 1.0,
     "temperature": 1.0,
+    "watermarking": None,
     "top_p": 1.0,
     "top_k": 0,
+    "min_p": 0.0,
     "seed": None,
     "stop": None,
     "stop_token_ids": None,
     "ignore_eos": False,
     "max_tokens": 16,
+    "min_tokens": 0,
     "logprobs": None,
+    "prompt_logprobs": None,
+    "prompt_logprob_token_ids": None,
+    "prompt_logprob_start": None,
+    "logprob_token_ids": None,
+    "flat_logprobs": False,
     "detokenize": True,
     "skip_special_tokens": True,
+    "spaces_between_special_tokens": True,
+    "include_stop_str_in_output": False,
     "output_kind": RequestOutputKind.CUMULATIVE,
     "stream_interval": None,
+    "skip_clone": False,
+    "output_text_buffer_length": 0,
+    "structured_outputs": None,
+    "logit_bias": None,
+    "allowed_token_ids": None,
+    "extra_args": None,
+    "bad_words": None,
+    "skip_reading_prefix_cache": None,
+    "thinking_token_budget": None,
+    "repetition_detection": None,
+    "routed_experts_prompt_start": 0,
 }
+
+# The keyword-only arguments of `AsyncLLM.generate` (v1/engine/async_llm.py:726-745).
+GENERATE_KEYWORDS = frozenset(
+    {
+        "prompt_text",
+        "lora_request",
+        "tokenization_kwargs",
+        "trace_headers",
+        "priority",
+        "data_parallel_rank",
+        "session_id",
+        "kv_hints",
+        "reasoning_ended",
+        "reasoning_parser_kwargs",
+    }
+)
+
+
+class VLLMValidationError(ValueError):
+    """vllm/exceptions.py: a request vLLM refuses (a `VLLMClientError`, itself a ValueError)."""
+
+
+_CONSTRAINTS = ("json", "regex", "choice", "grammar", "json_object", "structural_tag")
+
+
+@dataclass
+class StructuredOutputsParams:
+    """vllm/sampling_params.py:101-141: exactly one constraint, plus per-request options."""
+
+    json: str | dict[str, Any] | None = None
+    regex: str | None = None
+    choice: list[str] | None = None
+    grammar: str | None = None
+    json_object: bool | None = None
+    disable_any_whitespace: bool = False
+    disable_additional_properties: bool = False
+    whitespace_pattern: str | None = None
+    structural_tag: str | None = None
+
+    def __post_init__(self) -> None:
+        count = sum(getattr(self, name) is not None for name in _CONSTRAINTS)
+        if count > 1:
+            raise VLLMValidationError(
+                "You can only use one kind of structured outputs constraint "
+                f"but multiple are specified: {self.__dict__}"
+            )
+        if count < 1:
+            raise VLLMValidationError(
+                "You must use one kind of structured outputs constraint "
+                f"but none are specified: {self.__dict__}"
+            )
 
 
 class SamplingParams:
@@ -76,12 +171,28 @@ class SamplingParams:
             raise ValueError(f"max_tokens must be at least 1, got {self.max_tokens}.")
         if self.temperature < 0:
             raise ValueError(f"temperature must be non-negative, got {self.temperature}.")
+        if self.structured_outputs is not None and not isinstance(
+            self.structured_outputs, StructuredOutputsParams
+        ):
+            raise TypeError("structured_outputs must be a StructuredOutputsParams")
 
 
-API = VLLMApi(
-    sampling_params=SamplingParams,
-    output_kinds={"delta": RequestOutputKind.DELTA, "cumulative": RequestOutputKind.CUMULATIVE},
-)
+def tokens_input(
+    prompt_token_ids: list[int], *, prompt: str | None = None, cache_salt: str | None = None
+) -> dict[str, Any]:
+    """vllm/inputs/engine.py:47-63 (`vllm.inputs.tokens_input`)."""
+    inputs: dict[str, Any] = {"type": "token", "prompt_token_ids": prompt_token_ids}
+    if prompt is not None:
+        inputs["prompt"] = prompt
+    if cache_salt is not None:
+        inputs["cache_salt"] = cache_salt
+    return inputs
+
+
+_OUTPUT_KINDS = {"delta": RequestOutputKind.DELTA, "cumulative": RequestOutputKind.CUMULATIVE}
+API = VLLMApi(sampling_params=SamplingParams, output_kinds=_OUTPUT_KINDS, token_prompt=tokens_input)
+#: A vLLM from before `vllm.inputs.tokens_input`: the adapter passes the raw TokensPrompt dict.
+API_BEFORE_TOKENS_INPUT = VLLMApi(sampling_params=SamplingParams, output_kinds=_OUTPUT_KINDS)
 
 
 @dataclass
@@ -92,7 +203,8 @@ class Logprob:
 
 
 class FlatLogprobs:
-    """vLLM's flat logprob container: integer indexing gives a dict; an empty slice raises."""
+    """vLLM's flat logprob container: integer indexing gives a dict, a slice a FlatLogprobs
+    (an empty one for an empty slice, as in 0.33.0)."""
 
     def __init__(self) -> None:
         self._positions: list[dict[int, Logprob]] = []
@@ -112,8 +224,6 @@ class FlatLogprobs:
     def __getitem__(self, index: int | slice) -> Any:
         if isinstance(index, slice):
             picked = self._positions[index]
-            if not picked:  # vLLM reads `start_indices[index][0]`, an IndexError when empty
-                raise IndexError("list index out of range")
             flat = FlatLogprobs()
             flat.extend(picked)
             return flat
@@ -240,14 +350,28 @@ class Script:
 
 
 @dataclass
+class ModelConfig:
+    """The one field of vLLM's `ModelConfig` the adapter reads (`AsyncLLM.model_config`)."""
+
+    max_model_len: int = 131_072
+
+
+@dataclass
 class FakeAsyncLLM:
-    """`AsyncLLM.generate/abort` over scripted steps; records prompts, params and aborts."""
+    """`AsyncLLM.generate/abort/shutdown` over scripted steps; records prompts, params, aborts.
+
+    `default` scripts a request id that `scripts` does not name (a served request's id is made
+    by the server)."""
 
     scripts: dict[str, Script]
+    default: Script | None = None
+    model_config: ModelConfig = field(default_factory=ModelConfig)
     prompts: dict[str, Any] = field(default_factory=dict)
     params: dict[str, SamplingParams] = field(default_factory=dict)
     abort_calls: list[tuple[str, bool]] = field(default_factory=list)
     running: set[str] = field(default_factory=set)
+    raw_prompts: list[str] = field(default_factory=list)
+    shutdown_calls: int = 0
 
     async def abort(self, request_id: str, internal: bool = False) -> None:
         self.abort_calls.append((request_id, internal))
@@ -256,17 +380,38 @@ class FakeAsyncLLM:
         await anyio.lowlevel.checkpoint()
         self.running.discard(request_id)
 
+    def shutdown(self, timeout: float | None = None) -> None:
+        self.shutdown_calls += 1
+
     async def generate(
-        self, prompt: Any, sampling_params: SamplingParams, request_id: str, **kwargs: Any
+        self,
+        prompt: Any,
+        sampling_params: SamplingParams,
+        request_id: str,
+        **kwargs: Any,
     ) -> AsyncIterator[RequestOutput]:
-        script = self.scripts[request_id]
+        unknown = set(kwargs) - GENERATE_KEYWORDS
+        if unknown:
+            raise TypeError(f"generate() got unexpected keyword argument(s) {sorted(unknown)}")
+        script = self.scripts.get(request_id, self.default)
+        if script is None:
+            raise KeyError(f"no script for request {request_id!r}")
         self.prompts[request_id] = prompt
         self.params[request_id] = sampling_params
+        if not (isinstance(prompt, dict) and "type" in prompt):
+            self.raw_prompts.append(request_id)  # the deprecated raw-prompt path
+        prompt_len = len(prompt["prompt_token_ids"])
+        if prompt_len >= self.model_config.max_model_len:
+            raise VLLMValidationError(
+                f"The decoder prompt (length {prompt_len}) is longer than the maximum model"
+                f" length of {self.model_config.max_model_len}."
+            )
         self.running.add(request_id)
         cancelled = anyio.get_cancelled_exc_class()
+        room = self.model_config.max_model_len - prompt_len
         try:
             reads = 0
-            for out in _collector_reads(script, sampling_params, request_id):
+            for out in _collector_reads(script, sampling_params, request_id, room):
                 await anyio.lowlevel.checkpoint()
                 if script.fail_after is not None and reads == script.fail_after:
                     assert script.error is not None
@@ -288,11 +433,11 @@ class FakeAsyncLLM:
 
 
 def _collector_reads(
-    script: Script, params: SamplingParams, request_id: str
+    script: Script, params: SamplingParams, request_id: str, room: int
 ) -> Iterator[RequestOutput]:
     """Yield what the consumer reads: processor outputs merged per `script.reads` group."""
     delta = params.output_kind == RequestOutputKind.DELTA
-    outputs = _processor_outputs(script, params, request_id)
+    outputs = _processor_outputs(script, params, request_id, room)
     sizes = iter(script.reads or [])
     while True:
         size = next(sizes, 1)
@@ -310,10 +455,28 @@ def _collector_reads(
         yield held
 
 
+def _limited(script: Script, limit: int) -> tuple[list[list[int]], str]:
+    """The steps the scheduler runs before `limit` output tokens, and the finish reason: it
+    ends the request "length" at the limit unless its last token stops it
+    (v1/core/sched/utils.py:98-119)."""
+    steps: list[list[int]] = []
+    count = 0
+    last = len(script.steps) - 1
+    for index, step in enumerate(script.steps):
+        if count + len(step) > limit or (count + len(step) == limit and index < last):
+            steps.append(step[: limit - count])
+            return steps, "length"
+        steps.append(step)
+        count += len(step)
+    return steps, script.finish_reason
+
+
 def _processor_outputs(
-    script: Script, params: SamplingParams, request_id: str
+    script: Script, params: SamplingParams, request_id: str, room: int
 ) -> Iterator[RequestOutput]:
     delta = params.output_kind == RequestOutputKind.DELTA
+    limit = room if params.max_tokens is None else min(room, params.max_tokens)
+    steps, finish_reason = _limited(script, limit)
     k = params.logprobs
     output_ids: list[int] = []  # the detokenizer's list: cumulative outputs share it
     logprobs: Any = None
@@ -324,8 +487,9 @@ def _processor_outputs(
     def make(new_ids: list[int], finish: str | None, stop: int | str | None) -> RequestOutput:
         token_ids = list(new_ids) if delta else output_ids
         lps = logprobs
-        if delta and lps:
-            lps = lps[-len(token_ids) :]
+        if delta and lps is not None:
+            n = len(token_ids)
+            lps = lps[-n:] if n else lps[:0]
         completion = CompletionOutput(
             index=0,
             text="",
@@ -337,13 +501,13 @@ def _processor_outputs(
         )
         return RequestOutput(request_id, None, [], None, [completion], finish is not None)
 
-    last = len(script.steps) - 1
-    for index, step in enumerate(script.steps):
+    last = len(steps) - 1
+    for index, step in enumerate(steps):
         for token_id in step:
             if logprobs is not None:
                 logprobs.append(position_logprobs(len(output_ids), token_id, k))
             output_ids.append(token_id)
-        finish = script.finish_reason if index == last and script.finish_reason != "abort" else None
+        finish = finish_reason if index == last and finish_reason != "abort" else None
         new = list(step)
         if script.stream_interval > 1:
             pending = len(output_ids) - sent_offset
@@ -353,5 +517,5 @@ def _processor_outputs(
                 new = output_ids[sent_offset:]
                 sent_offset = len(output_ids)
         yield make(new, finish, script.stop_reason)
-    if script.finish_reason == "abort":
+    if finish_reason == "abort":
         yield make([], "abort", None)

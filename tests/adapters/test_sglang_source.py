@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import logging
+import signal
 from contextlib import aclosing
 from typing import Any
 
@@ -17,9 +19,11 @@ from streamfold.adapters import (
 from streamfold.engines import GenerationRequest, SamplingParams, TokenChunk
 
 from .fakes_sglang import (
+    FakeServerArgs,
     FakeSGLangEngine,
     FakeTokenizerManager,
     Script,
+    check_sampling_params,
     token_logprob,
     top_logprobs,
 )
@@ -30,10 +34,12 @@ STEPS = [[200005, 35644], [200008], [3, 4, 5, 6], [200007, 200006], [7], [200002
 ALL = [t for step in STEPS for t in step]
 
 
-def engine_for(scripts: dict[str, Script], *, incremental: bool = False) -> FakeSGLangEngine:
+def engine_for(
+    scripts: dict[str, Script], *, incremental: bool = False, **manager: Any
+) -> FakeSGLangEngine:
     return FakeSGLangEngine(
         {sglang_rid(request_id): script for request_id, script in scripts.items()},
-        FakeTokenizerManager(incremental_streaming_output=incremental),
+        FakeTokenizerManager(incremental_streaming_output=incremental, **manager),
     )
 
 
@@ -220,6 +226,140 @@ async def test_cancellation_while_waiting_propagates() -> None:
     assert scope.cancelled_caught
     assert [c.token_ids for c in seen] == [(200005, 35644)]  # no error chunk: not a failure
     assert engine.tokenizer_manager.abort_calls == [sglang_rid("req-1")]
+
+
+SEEDS_LOG = "streamfold.adapters"
+
+
+async def test_a_seed_the_engine_ignores_is_warned_about_once(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """Regression (issue 35): SGLang reads `sampling_seed` only when started with
+    `enable_deterministic_inference`; a seeded request was silently not reproducible."""
+    engine = engine_for({name: Script(steps=[[5]]) for name in ("a", "b", "c")})
+    source = SGLangTokenSource(engine)
+    seeded = SamplingParams(seed=7)
+
+    with caplog.at_level(logging.WARNING, logger=SEEDS_LOG):
+        await collect(source, request("a"))
+        assert caplog.records == []  # no seed, nothing to say
+        await collect(source, request("b", sampling=seeded))
+        await collect(source, request("c", sampling=seeded))
+
+    warnings = [r.getMessage() for r in caplog.records]
+    assert len(warnings) == 1, warnings
+    assert "enable_deterministic_inference" in warnings[0]
+    assert engine.calls[sglang_rid("b")]["sampling_params"]["sampling_seed"] == 7
+
+
+async def test_a_deterministic_engine_takes_seeds_without_a_warning(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    engine = engine_for({"a": Script(steps=[[5]])})
+    engine.server_args = FakeServerArgs(enable_deterministic_inference=True)
+
+    with caplog.at_level(logging.WARNING, logger=SEEDS_LOG):
+        await collect(SGLangTokenSource(engine), request("a", sampling=SamplingParams(seed=7)))
+
+    assert caplog.records == []
+
+
+async def test_max_output_tokens_past_the_context_is_clamped_to_it() -> None:
+    """Regression (issue 35): SGLang refuses `prompt + max_new_tokens > context_len` with a
+    ValueError before any token (the response failed), where vLLM streams and ends "length";
+    the adapter clamps max_new_tokens to what the context leaves, so both end "length"."""
+    engine = engine_for({"r": Script(steps=STEPS)}, context_len=8)
+
+    chunks = await collect(SGLangTokenSource(engine), request("r", max_output_tokens=100))
+
+    assert engine.calls[sglang_rid("r")]["sampling_params"]["max_new_tokens"] == 5
+    assert tokens(chunks) == [200005, 35644, 200008, 3, 4]
+    assert (chunks[-1].finish_reason, chunks[-1].error) == ("length", None)
+
+
+async def test_the_stand_in_refuses_max_new_tokens_past_the_context_as_sglang_does() -> None:
+    engine = engine_for({"r": Script(steps=STEPS)}, context_len=8)
+    stream = await engine.async_generate(
+        input_ids=[1, 2, 3], sampling_params={"max_new_tokens": 6}, stream=True, rid="r"
+    )
+    with pytest.raises(ValueError, match="exceeds the model's maximum context length of 8"):
+        await stream.__anext__()
+    assert engine.tokenizer_manager.rid_to_state == {}
+
+
+@pytest.mark.parametrize("reads", [None, [2, 2]])
+@pytest.mark.parametrize("logprobs", [False, True])
+async def test_an_abort_from_the_waiting_queue_ends_as_an_abort(
+    reads: list[int] | None, logprobs: bool
+) -> None:
+    """Regression (issue 35): under incremental streaming, SGLang's echo of an abort it made
+    itself (a retracted request that timed out, `abort_all`) re-sends the last token with the
+    full count; the reader called it "neither cumulative nor incremental" and ended "error"."""
+    engine = engine_for(
+        {"req-1": Script(steps=STEPS, waiting_abort_after=3, reads=reads)}, incremental=True
+    )
+    sampling = SamplingParams(logprobs=logprobs, top_logprobs=2 if logprobs else 0)
+
+    chunks = await collect(SGLangTokenSource(engine), request(sampling=sampling))
+
+    sent = [t for step in STEPS[:3] for t in step]
+    assert tokens(chunks) == sent
+    assert (chunks[-1].finish_reason, chunks[-1].error) == ("abort", None)
+    if logprobs:
+        assert [lp for c in chunks for lp in c.logprobs or ()] == [
+            token_logprob(i, t)[0] for i, t in enumerate(sent)
+        ]
+
+
+async def test_an_abort_from_the_waiting_queue_ends_as_an_abort_when_cumulative() -> None:
+    engine = engine_for({"req-1": Script(steps=STEPS, waiting_abort_after=3)})
+
+    chunks = await collect(SGLangTokenSource(engine), request())
+
+    assert tokens(chunks) == [t for step in STEPS[:3] for t in step]
+    assert chunks[-1].finish_reason == "abort"
+
+
+@pytest.mark.parametrize("anyio_backend", ["asyncio"])  # SGLang installs them on asyncio
+async def test_sglang_does_not_take_over_sigterm() -> None:
+    """Regression (issue 35): SGLang's first request installs its own SIGTERM handler on the
+    serving loop (`auto_create_handle_loop`), replacing the server's graceful shutdown. The
+    adapter puts the server's back; SGLang keeps SIGQUIT, its children's crash signal."""
+    engine = engine_for({"a": Script(steps=[[5]]), "b": Script(steps=[[6]])})
+    source = SGLangTokenSource(engine)
+
+    def servers_handler(signum: int, frame: object) -> None:
+        raise AssertionError("not called")
+
+    before_term = signal.signal(signal.SIGTERM, servers_handler)
+    before_quit = signal.getsignal(signal.SIGQUIT)
+    try:
+        await collect(source, request("a"))
+        await collect(source, request("b"))
+        assert engine.tokenizer_manager.handler_threads == ["main"]  # SGLang did install them
+        assert signal.getsignal(signal.SIGTERM) is servers_handler
+        assert signal.getsignal(signal.SIGQUIT) is not before_quit  # SGLang's, on the loop
+    finally:
+        import asyncio
+
+        asyncio.get_running_loop().remove_signal_handler(signal.SIGQUIT)
+        signal.signal(signal.SIGQUIT, before_quit)
+        signal.signal(signal.SIGTERM, before_term)
+
+
+def test_the_stand_in_takes_sglang_constraints_one_at_a_time() -> None:
+    for key in ("json_schema", "regex", "ebnf", "structural_tag"):
+        check_sampling_params({key: "x"})
+    with pytest.raises(ValueError, match="Only one of json_schema, regex, ebnf"):
+        check_sampling_params({"regex": "a+", "ebnf": "root ::= 'a'"})
+    with pytest.raises(TypeError):
+        check_sampling_params({"guided_json": "{}"})
+
+
+def test_close_shuts_the_engine_down() -> None:
+    engine = engine_for({})
+    SGLangTokenSource(engine).close()
+    assert engine.shutdown_calls == 1
 
 
 def test_rids_are_prefix_free() -> None:

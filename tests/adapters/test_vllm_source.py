@@ -2,20 +2,32 @@
 
 from __future__ import annotations
 
+import sys
+import types
 from contextlib import aclosing
 
 import anyio
 import pytest
 
-from streamfold.adapters import EngineNotInstalledError, VLLMTokenSource, build_vllm_engine
+from streamfold.adapters import (
+    EngineNotInstalledError,
+    VLLMTokenSource,
+    build_vllm_engine,
+    load_vllm_api,
+)
 from streamfold.engines import GenerationRequest, SamplingParams, TokenChunk
 
+from . import fakes_vllm
 from .fakes_vllm import (
     API,
+    API_BEFORE_TOKENS_INPUT,
     EngineDeadError,
     FakeAsyncLLM,
+    ModelConfig,
     RequestOutputKind,
     Script,
+    StructuredOutputsParams,
+    VLLMValidationError,
     ranked_alternatives,
 )
 
@@ -72,7 +84,9 @@ async def test_builds_sampling_params_and_token_prompt() -> None:
     await collect(VLLMTokenSource(engine, api=API), req)
 
     params = engine.params["r"]
-    assert engine.prompts["r"] == {"prompt_token_ids": [1, 2, 3]}
+    # `vllm.inputs.tokens_input`: the rendered input, not the deprecated raw-prompt path.
+    assert engine.prompts["r"] == {"type": "token", "prompt_token_ids": [1, 2, 3]}
+    assert engine.raw_prompts == []
     assert params.output_kind == RequestOutputKind.DELTA
     # Unset max_output_tokens must not fall back to vLLM's default of 16 tokens.
     assert params.max_tokens is None
@@ -80,6 +94,83 @@ async def test_builds_sampling_params_and_token_prompt() -> None:
     assert params.logprobs == 3
     assert params.stop_token_ids == [200002, 200012]
     assert params.detokenize is False  # streamfold reads token ids, not vLLM's text
+
+
+async def test_a_vllm_before_tokens_input_gets_the_raw_token_prompt() -> None:
+    engine = FakeAsyncLLM({"r": Script(steps=[[5]])})
+
+    chunks = await collect(VLLMTokenSource(engine, api=API_BEFORE_TOKENS_INPUT), request("r"))
+
+    assert chunks[-1].finish_reason == "stop"
+    assert engine.prompts["r"] == {"prompt_token_ids": [1, 2, 3]}
+    assert engine.raw_prompts == ["r"]  # works, through vLLM's deprecated path
+
+
+@pytest.mark.parametrize("has_tokens_input", [True, False])
+def test_load_vllm_api_takes_tokens_input_where_vllm_has_it(
+    monkeypatch: pytest.MonkeyPatch, has_tokens_input: bool
+) -> None:
+    vllm = types.ModuleType("vllm")
+    vllm.SamplingParams = fakes_vllm.SamplingParams  # type: ignore[attr-defined]
+    sampling = types.ModuleType("vllm.sampling_params")
+    sampling.RequestOutputKind = RequestOutputKind  # type: ignore[attr-defined]
+    inputs = types.ModuleType("vllm.inputs")
+    if has_tokens_input:
+        inputs.tokens_input = fakes_vllm.tokens_input  # type: ignore[attr-defined]
+    for name, module in [
+        ("vllm", vllm),
+        ("vllm.sampling_params", sampling),
+        ("vllm.inputs", inputs),
+    ]:
+        monkeypatch.setitem(sys.modules, name, module)
+
+    api = load_vllm_api()
+
+    expected = (
+        {"type": "token", "prompt_token_ids": [4, 5]}
+        if has_tokens_input
+        else {"prompt_token_ids": [4, 5]}
+    )
+    assert api.token_prompt([4, 5]) == expected
+    assert api.output_kinds["delta"] is RequestOutputKind.DELTA
+
+
+async def test_max_output_tokens_past_the_context_is_clamped_to_it() -> None:
+    """Regression (issue 35): a max_output_tokens past the context went to the engine as is;
+    it is clamped to what the context leaves, so both engines end such a request "length"
+    (SGLang refused it outright)."""
+    engine = FakeAsyncLLM({"r": Script(steps=STEPS)}, model_config=ModelConfig(max_model_len=8))
+
+    chunks = await collect(VLLMTokenSource(engine, api=API), request("r", max_output_tokens=100))
+
+    assert engine.params["r"].max_tokens == 5  # 8 - 3 prompt tokens
+    assert tokens(chunks) == [200005, 35644, 200008, 3, 4]
+    assert chunks[-1].finish_reason == "length"
+
+
+async def test_max_output_tokens_inside_the_context_is_kept() -> None:
+    engine = FakeAsyncLLM({"r": Script(steps=STEPS)}, model_config=ModelConfig(max_model_len=8))
+
+    await collect(VLLMTokenSource(engine, api=API), request("r", max_output_tokens=2))
+
+    assert engine.params["r"].max_tokens == 2
+
+
+def test_the_stand_in_takes_structured_outputs_as_vllm_does() -> None:
+    json_only = StructuredOutputsParams(json={"type": "object"})
+    params = fakes_vllm.SamplingParams(structured_outputs=json_only, max_tokens=None)
+    assert params.structured_outputs is json_only
+    for kwargs in ({}, {"regex": "a+", "grammar": "root ::= 'a'"}):
+        with pytest.raises(VLLMValidationError, match="one kind of structured outputs"):
+            StructuredOutputsParams(**kwargs)  # type: ignore[arg-type]
+    with pytest.raises(TypeError):
+        fakes_vllm.SamplingParams(guided_decoding=json_only)  # removed from vLLM
+
+
+def test_close_shuts_the_engine_down() -> None:
+    engine = FakeAsyncLLM({})
+    VLLMTokenSource(engine, api=API).close()
+    assert engine.shutdown_calls == 1
 
 
 async def test_logprobs_off_and_sampled_only() -> None:
@@ -103,8 +194,9 @@ async def test_logprobs_off_and_sampled_only() -> None:
 async def test_logprobs_line_up_with_tokens(
     output_kind: str, flat: bool, finish_reason: str
 ) -> None:
-    """Each token gets its own logprob and top-k, even where vLLM's abort output (no tokens,
-    `logprobs[-0:]` = the whole list) is merged into a lagging DELTA output."""
+    """Each token gets its own logprob and top-k, also where vLLM's abort output (no tokens;
+    before 0.33 it carried the whole list, `logprobs[-0:]`) is merged into a lagging DELTA
+    output."""
     script = Script(
         steps=STEPS, finish_reason=finish_reason, reads=[2, 1, 3, 1], flat_logprobs=flat
     )
