@@ -31,6 +31,7 @@ from streamfold.engines import (
 from streamfold.statemachine import StreamfoldError
 from streamfold.statemachine._grammar import Grammar
 
+from ._loading import LoadingSource
 from .formats import HARMONY, ChatFormat
 from .replay_turns import conversation_turn, turn_files
 
@@ -40,7 +41,7 @@ __all__ = [
     "Engine",
     "EngineFactory",
     "EngineSetupError",
-    "LazySource",
+    "LoadingSource",
     "ReplayEngine",
     "UnknownModelError",
     "bundled_traces_dir",
@@ -78,8 +79,10 @@ class Engine:
         default=attrs.Factory(_format_grammar, takes_self=True)
     )
     # Run once when the server starts, before it reports ready (`GET /health`); None: ready
-    # at once.
+    # at once. `load` builds the engine (`GET /health` says "loading"), `warm_up` then warms
+    # it ("warming").
     warm_up: Callable[[], Awaitable[object]] | None = None
+    load: Callable[[], Awaitable[object]] | None = None
     max_output_tokens: int | None = None
 
 
@@ -222,23 +225,6 @@ class EngineSetupError(StreamfoldError, ValueError):
     """`serve --engine X` cannot build X here; the message says what to install or pass."""
 
 
-class LazySource:
-    """Builds its token source on first use, inside the server's event loop.
-
-    vLLM's `AsyncLLM` starts its output handler on the running loop, so it must not be built
-    before uvicorn starts one.
-    """
-
-    def __init__(self, build: Callable[[], TokenSource]) -> None:
-        self._build = build
-        self._source: TokenSource | None = None
-
-    def generate(self, request: GenerationRequest) -> AsyncIterator[TokenChunk]:
-        if self._source is None:
-            self._source = self._build()
-        return self._source.generate(request)
-
-
 def _gpu_engine(name: str) -> EngineFactory:
     def factory(args: argparse.Namespace) -> Engine:
         from .engine_args import EngineArgumentError, build_engine_source, parse_engine_args
@@ -255,8 +241,11 @@ def _gpu_engine(name: str) -> EngineFactory:
             options = parse_engine_args(getattr(args, "engine_arg", []) or [])
         except EngineArgumentError as exc:
             raise EngineSetupError(str(exc)) from exc
-        source = LazySource(lambda: build_engine_source(name, model, **options))
-        return Engine(source=source, format=HARMONY)  # every model served live is gpt-oss
+        # Built at start-up in a worker thread, not in the event loop (see `_loading`); the
+        # server's `close()` of the source shuts the engine down. Every model served live is
+        # gpt-oss.
+        source = LoadingSource(lambda: build_engine_source(name, model, **options), name=name)
+        return Engine(source=source, format=HARMONY, load=source.load)
 
     return factory
 

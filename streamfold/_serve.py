@@ -9,10 +9,12 @@ from __future__ import annotations
 import argparse
 import importlib.util
 import os
+import signal
 import socket
 import sys
+import threading
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from streamfold.adapters.limits import ServerLimits
@@ -196,6 +198,10 @@ def _listen(host: str, port: int) -> socket.socket:
     return socket.create_server((host, port), family=family, backlog=2048)
 
 
+def _exit_through_finally(signum: int, frame: object) -> None:
+    raise SystemExit(128 + signum)
+
+
 def run_serve(args: argparse.Namespace) -> int:
     missing = missing_server_extra()
     if missing:
@@ -253,6 +259,7 @@ def run_serve(args: argparse.Namespace) -> int:
         )
         return 2
     store: EventStore | None = None
+    previous_sigterm: Any = None
     try:
         if args.store == ":memory:":
             store = MemoryEventStore()
@@ -270,12 +277,19 @@ def run_serve(args: argparse.Namespace) -> int:
         )
         _say_where(sock)
         tune_gc_for_serving()
+        # uvicorn shuts down gracefully on SIGTERM, then raises it again with the handler it
+        # found: make that handler end the process through the `finally` below (the engine's
+        # shutdown), not by the signal's default action, which skips it.
+        if threading.current_thread() is threading.main_thread():
+            previous_sigterm = signal.signal(signal.SIGTERM, _exit_through_finally)
         with serving_asyncio():  # uvicorn runs its asyncio loop in this thread
             uvicorn.Server(config).run(sockets=[sock])
     except StreamfoldError as exc:
         print(f"streamfold serve: {exc}", file=sys.stderr)
         return 2
     finally:
+        if previous_sigterm is not None:
+            signal.signal(signal.SIGTERM, previous_sigterm)
         sock.close()
         if isinstance(store, SQLiteEventStore):
             store.close()

@@ -1,5 +1,6 @@
 """`streamfold serve --engine vllm|sglang`: clear errors where the engine cannot run, and the
-engine built lazily inside the server's loop where it can."""
+engine built at start-up in a worker thread where it can (`LoadingSource`; the served
+behaviour is in `test_engine_loading.py`)."""
 
 from __future__ import annotations
 
@@ -7,13 +8,14 @@ import argparse
 import asyncio
 import gc
 import importlib.util
+import threading
 
 import anyio
 import pytest
 import sniffio
 
 from streamfold.adapters import server
-from streamfold.adapters.registry import ENGINES, EngineSetupError, LazySource
+from streamfold.adapters.registry import ENGINES, EngineSetupError, LoadingSource
 from streamfold.adapters.server import serving_asyncio, tune_gc_for_serving
 from streamfold.adapters.server._gc import YOUNG_THRESHOLD
 from streamfold.cli import main
@@ -38,25 +40,62 @@ def test_a_gpu_engine_needs_a_model(monkeypatch: pytest.MonkeyPatch) -> None:
         ENGINES["sglang"](argparse.Namespace(model="m", engine_arg=["nokey"]))
 
 
+class _Source:
+    def __init__(self) -> None:
+        self.closed = 0
+
+    async def generate(self, request: GenerationRequest):  # type: ignore[no-untyped-def]
+        yield TokenChunk(token_ids=(1,), finish_reason="stop")
+
+    def close(self) -> None:
+        self.closed += 1
+
+
+REQUEST = GenerationRequest(request_id="r", prompt_token_ids=(1,))
+
+
 @pytest.mark.anyio
-async def test_lazy_source_builds_once_on_first_generate() -> None:
-    built: list[int] = []
+async def test_loading_source_builds_once_in_a_worker_thread() -> None:
+    built: list[threading.Thread] = []
+    gate = threading.Event()
 
-    class Source:
-        async def generate(self, request: GenerationRequest):  # type: ignore[no-untyped-def]
-            yield TokenChunk(token_ids=(1,), finish_reason="stop")
+    def build() -> _Source:
+        gate.wait()
+        built.append(threading.current_thread())
+        return _Source()
 
-    def build() -> Source:
-        built.append(1)
-        return Source()
+    loading = LoadingSource(build, name="stand-in")  # type: ignore[arg-type]
+    results: list[list[TokenChunk]] = []
 
-    lazy = LazySource(build)  # type: ignore[arg-type]
-    assert built == []
-    request = GenerationRequest(request_id="r", prompt_token_ids=(1,))
-    for _ in range(2):
-        chunks = [c async for c in lazy.generate(request)]
-        assert chunks[-1].finish_reason == "stop"
-    assert built == [1]
+    async def request_early() -> None:
+        results.append([c async for c in loading.generate(REQUEST)])
+
+    async with anyio.create_task_group() as tasks:
+        tasks.start_soon(loading.load)
+        tasks.start_soon(request_early)  # waits for the build, which it does not start again
+        await anyio.sleep(0.05)
+        assert loading.source is None and results == []
+        gate.set()
+    assert [c.finish_reason for c in results[0]] == ["stop"]
+    assert [c.finish_reason async for c in loading.generate(REQUEST)] == ["stop"]
+    assert len(built) == 1 and built[0] is not threading.current_thread()
+    loading.close()
+    assert loading.source.closed == 1  # type: ignore[union-attr]
+
+
+@pytest.mark.anyio
+async def test_a_failed_load_raises_for_each_caller_and_ends_requests_with_an_error() -> None:
+    def build() -> _Source:
+        raise RuntimeError("CUDA out of memory")
+
+    loading = LoadingSource(build, name="vllm")  # type: ignore[arg-type]
+    chunks = [c async for c in loading.generate(REQUEST)]  # starts the load itself
+    assert [(c.finish_reason, c.error) for c in chunks] == [
+        ("error", "the vllm engine failed to start: RuntimeError: CUDA out of memory")
+    ]
+    with pytest.raises(RuntimeError, match="CUDA out of memory"):
+        await loading.load()
+    loading.close()  # nothing was built: nothing to close
 
 
 def test_serve_closes_an_engine_that_has_close_when_the_server_stops(
