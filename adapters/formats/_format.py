@@ -19,10 +19,12 @@ Face chat template (Qwen3, Hermes: think tags) is one more module beside `_harmo
 The constraint seam: `constraint_for` returns a `Constraint` naming the `region` of the
 output that the constraint holds (harmony: `"final"`, the content of the message on the
 `final` channel; the analysis and any tool call stay free) and what it holds it to. The format
-that knows its own token layout is the one to turn that into a per-sequence logits mask (for
-example with llguidance, entering the constrained grammar once the region's header has been
-written); the engine applies masks row by row before sampling. No format constrains anything
-yet: `constraint_for` returns None until structured outputs (`text.format`) are read.
+that knows its own token layout is the one to turn that into the engine's per-sequence
+`streamfold.engines.LogitsConstraint` (for example an llguidance grammar that leaves the
+analysis free and enters the JSON schema once `<|channel|>final<|message|>` has been written),
+which the server passes as `GenerationRequest(constraint=...)`; the engine masks each row of
+the batch before sampling. No format constrains anything yet: `constraint_for` returns None
+until structured outputs (`text.format`) are read.
 """
 
 from __future__ import annotations
