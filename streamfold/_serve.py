@@ -77,9 +77,10 @@ def add_serve_parser(
         "--mcp-allow",
         action="append",
         default=[],
-        metavar="PREFIX",
-        help="let requests use MCP servers whose server_url starts with PREFIX (repeatable; "
-        "'*' allows any URL: the server then sends HTTP requests wherever a client says)",
+        metavar="URL",
+        help="let requests use MCP servers at URL or below its path, by whole segments "
+        "(repeatable; scheme, host and port must match; '*' allows any http(s) URL: the "
+        "server then sends HTTP requests wherever a client says)",
     )
     tools.add_argument(
         "--python-tool",
@@ -231,12 +232,16 @@ def run_serve(args: argparse.Namespace) -> int:
         except SandboxUnavailable as exc:
             print(f"streamfold serve: --python-tool: {exc}", file=sys.stderr)
             return 2
-    agent = AgentConfig(
-        mcp_allow=tuple(args.mcp_allow),
-        python=python,
-        limits=ToolLimits(call_seconds=args.tool_seconds),
-        max_iterations=args.max_tool_rounds,
-    )
+    try:
+        agent = AgentConfig(
+            mcp_allow=tuple(args.mcp_allow),
+            python=python,
+            limits=ToolLimits(call_seconds=args.tool_seconds),
+            max_iterations=args.max_tool_rounds,
+        )
+    except ValueError as exc:  # an --mcp-allow rule that does not parse
+        print(f"streamfold serve: --mcp-allow: {exc}", file=sys.stderr)
+        return 2
     try:
         limits = _limits(args)
     except ValueError as exc:

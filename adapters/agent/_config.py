@@ -2,15 +2,16 @@
 
 Server-side tools act on the world with the server's own reach, so each is off until the
 operator turns it on: `python` runs model-written code (`PythonTool`), the browser needs a
-search backend, and MCP servers are called only at URLs the operator allows (`mcp_allow`, URL
-prefixes, or `("*",)` for any) since a request's `server_url` makes the server send HTTP
+search backend, and MCP servers are called only at URLs the operator allows (`mcp_allow`: URL
+rules compared by scheme, host, port and whole path segments, see `_allow.py`; or `("*",)` for
+any) since a request's `server_url` makes the server send HTTP
 requests wherever the client says. A request that asks for a tool this server does not offer
 gets a 400 naming the tool, before anything runs.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 
 import attrs
 
@@ -24,6 +25,7 @@ from ..protocol import (
     RequestError,
     WebSearchParam,
 )
+from ._allow import AllowList, UrlRefused
 from ._browser import BrowserBackend, BrowserTool
 from ._mcp import ApprovalFilter, McpServerConfig, McpTool
 from ._python import PythonTool
@@ -35,12 +37,18 @@ __all__ = ["AgentConfig", "AgentRun", "Approval", "prepare_agent"]
 DEFAULT_MAX_ITERATIONS = 10
 
 
+def _rules(entries: Iterable[str]) -> tuple[str, ...]:
+    return tuple(entries)
+
+
 @attrs.frozen(kw_only=True)
 class AgentConfig:
     """The server's agent settings (`create_app(..., agent=AgentConfig(...))`)."""
 
-    #: URL prefixes a request's MCP `server_url` may start with; `("*",)` allows any URL.
-    mcp_allow: tuple[str, ...] = ()
+    #: URLs a request's MCP `server_url` may be at or under (by whole path segments, see
+    #: `_allow.py`); `("*",)` allows any http(s) URL. A rule that does not parse raises
+    #: `UrlRefused` here.
+    mcp_allow: tuple[str, ...] = attrs.field(default=(), converter=_rules)
     #: The python tool, or None (the default): `code_interpreter` is then refused.
     python: PythonTool | None = None
     #: The browser's search/open backend, or None (the default): `web_search_preview` is then
@@ -54,8 +62,18 @@ class AgentConfig:
     #: `{"type": "mcp", "server_label": L, "connector_id": ID}` gets `connectors[ID](L)`.
     connectors: Mapping[str, Callable[[str], ListedTool]] = attrs.Factory(dict)
 
+    allow_list: AllowList = attrs.field(init=False)
+
+    @allow_list.default
+    def _parse_allow(self) -> AllowList:
+        return AllowList.parse(self.mcp_allow)
+
     def allows_url(self, url: str) -> bool:
-        return any(prefix == "*" or url.startswith(prefix) for prefix in self.mcp_allow)
+        try:
+            self.allow_list.check(url)
+        except UrlRefused:
+            return False
+        return True
 
 
 @attrs.frozen(kw_only=True)
@@ -85,7 +103,7 @@ class AgentRun:
         return None
 
 
-def _mcp_config(param: McpParam) -> McpServerConfig:
+def _mcp_config(param: McpParam, url: str) -> McpServerConfig:
     headers = dict(param.headers or {})
     if param.authorization is not None:
         headers["Authorization"] = f"Bearer {param.authorization}"
@@ -109,7 +127,7 @@ def _mcp_config(param: McpParam) -> McpServerConfig:
         )
     return McpServerConfig(
         server_label=param.server_label,
-        server_url=param.server_url or "",
+        server_url=url,
         headers=headers,
         allowed_tools=names,
         read_only=read_only,
@@ -187,14 +205,22 @@ def prepare_agent(request: CreateRequest, config: AgentConfig, own: int) -> Agen
                 )
             mcp.append(config.connectors[tool.connector_id](tool.server_label))
         elif isinstance(tool, McpParam):
-            if not config.allows_url(tool.server_url or ""):
+            try:
+                url = config.allow_list.check(tool.server_url or "")
+            except UrlRefused as exc:
                 raise RequestError(
-                    f"this server does not call MCP servers at {tool.server_url!r}; its operator "
-                    "allows them with `streamfold serve --mcp-allow PREFIX` "
+                    f"this server does not call MCP servers at {tool.server_url!r} ({exc}); its "
+                    "operator allows them with `streamfold serve --mcp-allow URL` "
                     "(AgentConfig.mcp_allow)",
                     param=f"tools[{i}].server_url",
+                ) from None
+            mcp.append(
+                McpTool(
+                    _mcp_config(tool, str(url)),
+                    connect_seconds=config.limits.call_seconds,
+                    allow=config.allow_list,
                 )
-            mcp.append(McpTool(_mcp_config(tool), connect_seconds=config.limits.call_seconds))
+            )
         elif isinstance(tool, WebSearchParam):
             if config.browser is None:
                 raise RequestError(

@@ -5,6 +5,12 @@ namespace `server_label`. The transport follows the URL, as MCP clients commonly
 path ending in `/sse` is the (older) HTTP+SSE transport, anything else streamable HTTP.
 `headers` go on every HTTP request to the server (an `Authorization` header, typically).
 
+Every HTTP request the MCP client sends is held to the operator's allow-list again (the SSE
+transport posts to an endpoint the server names). The SDK follows a redirect within the
+origin carrying the request's headers (its `Authorization`), so a redirect is let through only
+to the `server_url`'s own path or below it (`/mcp/` to `/mcp`, as servers normalise a
+trailing slash); any other redirect fails the operation, and nothing is sent there.
+
 Each operation opens its own connection (`list_tools` once per response, then one per call)
 and closes it before returning. That costs an MCP handshake per call, and buys a tool call
 that is an ordinary await: cancelling it (a client that left, a cancelled background
@@ -21,6 +27,7 @@ from typing import Any, Literal
 
 import attrs
 
+from ._allow import AllowList, UrlRefused, normal_url
 from ._tool import ItemKind, ToolInfo, ToolResult
 
 __all__ = [
@@ -40,6 +47,14 @@ CONNECT_SECONDS = 10.0
 class ToolListError(Exception):
     """Listing an MCP server's tools failed; the message says why (it goes on the item)."""
 
+
+class McpRequestRefused(Exception):
+    """An HTTP request or answer of the MCP client that the server does not let through."""
+
+
+# A tool made without an allow-list (a deployment's own, or a test's) may go anywhere: the
+# request path checks `AgentConfig.allow_list` before it makes one.
+_ANY_URL = AllowList((), any_url=True)
 
 #: The listing entry of an MCP tool (the name the `mcp_list_tools` item's type uses).
 McpToolInfo = ToolInfo
@@ -138,10 +153,54 @@ class McpTool:
 
     kind: ItemKind = "mcp_call"
 
-    def __init__(self, config: McpServerConfig, *, connect_seconds: float = CONNECT_SECONDS):
+    def __init__(
+        self,
+        config: McpServerConfig,
+        *,
+        connect_seconds: float = CONNECT_SECONDS,
+        allow: AllowList = _ANY_URL,
+    ):
         self.config = config
         self.connect_seconds = connect_seconds
+        self.allow = allow
         self.tools: tuple[McpToolInfo, ...] = ()
+
+    async def _check_request(self, request: Any) -> None:
+        try:
+            self.allow.check(str(request.url))
+        except UrlRefused as exc:
+            raise McpRequestRefused(
+                f"the MCP client was sent outside the allow-list: {exc}"
+            ) from None
+
+    async def _refuse_redirect(self, response: Any) -> None:
+        if not response.is_redirect:
+            return
+        # (httpx sets `next_request` only after the response hooks ran.)
+        base = normal_url(self.config.server_url).path.rstrip("/")
+        try:
+            target = response.request.url.join(response.headers["location"])
+            path: str | None = normal_url(str(target)).path
+        except (UrlRefused, KeyError, ValueError):
+            path = None
+        if path is None or not (path.rstrip("/") == base or path.startswith(base + "/")):
+            raise McpRequestRefused(
+                f"the MCP server answered a redirect ({response.status_code}) away from its "
+                "server_url's path; not followed"
+            )
+
+    def _http_client(
+        self, headers: dict[str, str] | None = None, timeout: Any = None, auth: Any = None
+    ) -> Any:
+        import httpx2
+
+        return httpx2.AsyncClient(
+            headers=headers,
+            timeout=timeout,
+            auth=auth,
+            follow_redirects=False,
+            event_hooks={"request": [self._check_request], "response": [self._refuse_redirect]},
+        )
 
     @property
     def namespace(self) -> str:
@@ -158,11 +217,16 @@ class McpTool:
         headers = dict(config.headers)
         timeout = self.connect_seconds
         if config.transport == "sse":
-            transport: Any = sse_client(config.server_url, headers=headers, timeout=timeout)
+            transport: Any = sse_client(
+                config.server_url,
+                headers=headers,
+                timeout=timeout,
+                httpx_client_factory=self._http_client,
+            )
             async with Client(transport, read_timeout_seconds=timeout, cache=None) as client:
                 yield client
             return
-        http = httpx2.AsyncClient(headers=headers, timeout=httpx2.Timeout(timeout, read=None))
+        http = self._http_client(headers=headers, timeout=httpx2.Timeout(timeout, read=None))
         async with http:
             transport = streamable_http_client(config.server_url, http_client=http)
             async with Client(transport, read_timeout_seconds=timeout, cache=None) as client:

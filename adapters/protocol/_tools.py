@@ -106,6 +106,31 @@ SERVER_TOOL_TYPES: dict[str, type] = {
 }
 
 
+# Headers a request may not set on the server's MCP requests: hop-by-hop ones (RFC 9110 7.6.1),
+# those that define the target or the framing, and those that speak for the server's identity.
+_FORBIDDEN_HEADERS = frozenset(
+    {
+        "host",
+        "cookie",
+        "connection",
+        "keep-alive",
+        "proxy-authorization",
+        "proxy-authenticate",
+        "proxy-connection",
+        "te",
+        "trailer",
+        "transfer-encoding",
+        "upgrade",
+        "content-length",
+        "forwarded",
+        "x-forwarded-for",
+        "x-forwarded-host",
+        "x-forwarded-proto",
+        "x-real-ip",
+    }
+)
+
+
 def _check_mcp(tool: McpParam, at: str) -> Iterator[tuple[str, str]]:
     if not LABEL.fullmatch(tool.server_label):
         yield (
@@ -131,9 +156,21 @@ def _check_mcp(tool: McpParam, at: str) -> Iterator[tuple[str, str]]:
                 f"{at}.server_url",
                 f"server_url must be an http:// or https:// URL, got {tool.server_url!r}",
             )
+        elif "@" in url.netloc:
+            yield (
+                f"{at}.server_url",
+                "server_url must not carry userinfo (user:password@); send credentials in "
+                "`authorization` or `headers`",
+            )
     for name, value in (tool.headers or {}).items():
         if not _HEADER_NAME.fullmatch(name):
             yield (f"{at}.headers", f"{name!r} is not a valid HTTP header name")
+        elif name.lower() in _FORBIDDEN_HEADERS:
+            yield (
+                f"{at}.headers",
+                f"header {name!r} is set by the server's HTTP client, not by a request (hop-by-hop "
+                "and host- or origin-defining headers are refused)",
+            )
         elif any(c in value for c in "\r\n\0"):
             yield (f"{at}.headers", f"the value of header {name!r} holds a line break")
 
