@@ -4,6 +4,7 @@ native gpt-oss engine. Importing this package never imports torch."""
 from typing import Any
 
 from ._source import (
+    DecodingConstraint,
     FinishReason,
     GenerationRequest,
     LogitsConstraint,
@@ -50,6 +51,7 @@ _LAZY = {
 __all__ = [
     "CheckpointError",
     "ConfigError",
+    "DecodingConstraint",
     "DenseAttention",
     "EngineCore",
     "EngineError",

@@ -31,6 +31,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "FINISH_REASONS",
+    "DecodingConstraint",
     "FinishReason",
     "GenerationRequest",
     "LogitsConstraint",
@@ -90,10 +91,27 @@ class LogitsConstraint(Protocol):
 
 
 @attrs.frozen(kw_only=True)
+class DecodingConstraint:
+    """A grammar the whole completion must follow, as data.
+
+    `grammar` is llguidance's grammar text (Lark, or its top-level JSON holding several Lark
+    grammars), written by the chat format from what the request asked for (`text.format`,
+    `tool_choice`, strict tools, custom tool grammars). An engine that can enforce it masks every
+    sampled token by it (the native engine through `streamfold.engines.guidance`; vLLM and
+    SGLang through their own llguidance backends); one that cannot says so (`enforces`).
+    `summary` names what it enforces, for logs and errors (`"json_schema 'weather' in final"`).
+    """
+
+    grammar: str
+    summary: str = ""
+
+
+@attrs.frozen(kw_only=True)
 class GenerationRequest:
     """What a token source needs to generate one completion.
 
-    `constraint` (the native engine only) restricts each next token (`LogitsConstraint`).
+    `constraint` (the native engine only) restricts each next token (`LogitsConstraint`);
+    `decoding` says what the completion must follow as a grammar (`DecodingConstraint`).
     """
 
     request_id: str
@@ -103,6 +121,9 @@ class GenerationRequest:
     sampling: SamplingParams = SamplingParams()
     stop_token_ids: tuple[int, ...] = ()
     constraint: LogitsConstraint | None = attrs.field(default=None, eq=False, repr=False)
+    #: The grammar the whole completion must follow, as data every engine can read (vLLM and
+    #: SGLang hand it to their grammar backends; the native engine makes a `constraint` of it).
+    decoding: DecodingConstraint | None = None
 
 
 @attrs.frozen(kw_only=True)

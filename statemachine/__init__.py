@@ -17,6 +17,8 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:  # what the names are, for type checkers and readers; at run time, _LAZY
     from ._accel import json_line, sse_event, step
+    from ._controls import *  # noqa: F403
+    from ._controls import __all__ as _controls_all
     from ._errors import ReducerUsageError, StreamfoldError, VocabularyError, WireFormatError
     from ._events import *  # noqa: F403
     from ._events import __all__ as _events_all
@@ -92,6 +94,7 @@ if TYPE_CHECKING:  # what the names are, for type checkers and readers; at run t
         "sse_frame",
         "structure",
         "to_wire",
+        *_controls_all,
         *_events_all,
         *_model_all,
     ]
@@ -143,7 +146,7 @@ _LAZY: dict[str, str] = {
     "structure": "._wire",
     "to_wire": "._wire",
 }
-_STAR = ("._events", "._model")
+_STAR = ("._controls", "._events", "._model")
 
 
 def __getattr__(name: str) -> Any:

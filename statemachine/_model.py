@@ -14,6 +14,13 @@ from typing import Literal
 
 import attrs
 
+from ._controls import (
+    ToolChoiceAllowed,
+    ToolChoiceCustom,
+    ToolChoiceHosted,
+    ToolChoiceMcp,
+)
+
 __all__ = [
     "ActionFind",
     "ActionOpenPage",
@@ -427,7 +434,14 @@ class Response:
     status: ResponseStatus
     output: tuple[OutputItem, ...] = ()
     parallel_tool_calls: bool = True
-    tool_choice: Literal["auto", "none", "required"] | ToolChoiceFunction = "auto"
+    tool_choice: (
+        Literal["auto", "none", "required"]
+        | ToolChoiceFunction
+        | ToolChoiceAllowed
+        | ToolChoiceMcp
+        | ToolChoiceCustom
+        | ToolChoiceHosted
+    ) = "auto"
     tools: tuple[FunctionTool, ...] = ()
     error: ResponseError | None = None
     incomplete_details: IncompleteDetails | None = None

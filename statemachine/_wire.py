@@ -12,12 +12,13 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping
-from typing import Any, Literal, get_args
+from typing import Any, Literal, get_args, get_type_hints
 
 import attrs
 import cattrs
 from cattrs.gen import make_dict_structure_fn, make_dict_unstructure_fn, override
 
+from . import _controls as c
 from . import _model as m
 from ._errors import WireFormatError
 from ._events import Event
@@ -142,12 +143,29 @@ def _tagged_union(union: Any, what: str) -> None:
     _exactly(union, hook)
 
 
+_CHOICES: dict[Any, type] = {
+    "function": m.ToolChoiceFunction,
+    "allowed_tools": c.ToolChoiceAllowed,
+    "mcp": c.ToolChoiceMcp,
+    "custom": c.ToolChoiceCustom,
+    **{hosted: c.ToolChoiceHosted for hosted in c.HOSTED_CHOICES},
+}
+
+
 def _tool_choice(value: Any, _: Any) -> Any:
     if isinstance(value, str):
         if value not in ("auto", "none", "required"):
             raise ValueError(f"expected 'auto', 'none', 'required' or an object, got {value!r}")
         return value
-    return _converter.structure(value, m.ToolChoiceFunction)
+    if not isinstance(value, Mapping):
+        raise TypeError(f"expected a string or an object, got {json_type(value)}")
+    cls = _CHOICES.get(value.get("type"))
+    if cls is None:
+        raise ValueError(
+            f"unknown tool_choice type {value.get('type')!r}; expected one of "
+            + ", ".join(sorted(_CHOICES))
+        )
+    return _converter.structure(value, cls)
 
 
 for _union, _what in (
@@ -156,10 +174,11 @@ for _union, _what in (
     (m.MessageContent, "message content"),
     (m.WebSearchAction, "web search action"),
     (m.McpCallError, "MCP call error"),
+    (c.TextFormat, "text format"),
     (Event, "event"),
 ):
     _tagged_union(_union, _what)
-_exactly(Literal["auto", "none", "required"] | m.ToolChoiceFunction, _tool_choice)
+_exactly(get_type_hints(m.Response)["tool_choice"], _tool_choice)
 
 
 def _tool_error(value: Any, _: Any) -> Any:

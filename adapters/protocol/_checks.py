@@ -6,6 +6,7 @@ import math
 
 from streamfold.statemachine import FunctionTool, ToolChoiceFunction
 
+from ._controls import control_problems
 from ._errors import RequestError
 from ._input import FunctionCallInput, FunctionCallOutputInput, InputItem
 from ._request import INCLUDABLE, MAX_TOP_LOGPROBS, CreateRequest
@@ -75,6 +76,8 @@ def check_request(request: CreateRequest, earlier: tuple[InputItem, ...] = ()) -
             f"tool_choice names function {request.tool_choice.name!r}, which is not in tools",
             param="tool_choice.name",
         )
+    for param, message in control_problems(request):
+        raise RequestError(message, param=param)
     if isinstance(request.input, tuple):
         calls = {item.call_id for item in earlier if isinstance(item, FunctionCallInput)}
         for i, item in enumerate(request.input):

@@ -10,7 +10,19 @@ import attrs
 import cattrs
 from cattrs.gen import make_dict_structure_fn
 
-from streamfold.statemachine import FunctionTool, ReasoningConfig, ToolChoiceFunction
+from streamfold.statemachine import FunctionTool, ReasoningConfig
+from streamfold.statemachine._controls import (
+    HOSTED_CHOICES,
+    FormatJsonObject,
+    FormatJsonSchema,
+    FormatText,
+    TextFormat,
+    ToolChoiceAllowed,
+    ToolChoiceCustom,
+    ToolChoiceHosted,
+    ToolChoiceMcp,
+)
+from streamfold.statemachine._model import ToolChoiceFunction
 from streamfold.statemachine._wire import json_type, strict_converter
 
 from ._checks import check_request
@@ -158,9 +170,43 @@ def _tool_choice(value: Any, _: Any) -> Any:
         if value not in ("auto", "none", "required"):
             raise ValueError(f"expected 'auto', 'none', 'required' or an object, got {value!r}")
         return value
-    if not isinstance(value, Mapping) or value.get("type") != "function":
-        raise ValueError('expected a string or {"type": "function", "name": ...}')
-    return _converter.structure(value, ToolChoiceFunction)
+    if not isinstance(value, Mapping):
+        raise TypeError(f"expected a string or an object, got {_json_type(value)}")
+    cls = _CHOICES.get(value.get("type"))
+    if cls is None:
+        raise ValueError(
+            f"unknown tool_choice type {value.get('type')!r}; expected one of "
+            + ", ".join(sorted(_CHOICES))
+        )
+    return _converter.structure(value, cls)
+
+
+_CHOICES: dict[Any, type] = {
+    "function": ToolChoiceFunction,
+    "allowed_tools": ToolChoiceAllowed,
+    "mcp": ToolChoiceMcp,
+    "custom": ToolChoiceCustom,
+    **{hosted: ToolChoiceHosted for hosted in HOSTED_CHOICES},
+}
+
+
+_FORMATS: dict[Any, type] = {
+    "text": FormatText,
+    "json_object": FormatJsonObject,
+    "json_schema": FormatJsonSchema,
+}
+
+
+def _text_format(value: Any, _: Any) -> Any:
+    if not isinstance(value, Mapping):
+        raise TypeError(f"expected an object, got {_json_type(value)}")
+    cls = _FORMATS.get(value.get("type"))
+    if cls is None:
+        raise ValueError(
+            f"unknown format type {value.get('type')!r}; expected one of "
+            + ", ".join(sorted(_FORMATS))
+        )
+    return _converter.structure(value, cls)
 
 
 def _strings(value: Any, _: Any) -> tuple[str, ...]:
@@ -189,6 +235,7 @@ _exactly(Container, _container)
 _reasoning_config = make_dict_structure_fn(ReasoningConfig, _converter)
 _exactly(ReasoningConfig | None, _reasoning)
 _exactly(ToolChoice, _tool_choice)
+_exactly(TextFormat, _text_format)
 
 
 def _format(exc: BaseException, tp: Any) -> str:

@@ -20,7 +20,16 @@ from typing import Literal, TypeAlias
 
 import attrs
 
-from streamfold.statemachine import FunctionTool, ReasoningConfig, ToolChoiceFunction
+from streamfold.statemachine import (
+    FunctionTool,
+    ReasoningConfig,
+    TextConfig,
+    ToolChoiceAllowed,
+    ToolChoiceCustom,
+    ToolChoiceFunction,
+    ToolChoiceHosted,
+    ToolChoiceMcp,
+)
 
 from ._input import InputItem
 from ._tools import ServerToolParam
@@ -54,7 +63,14 @@ INCLUDABLE = frozenset(
 MAX_TOP_LOGPROBS = 20
 
 RequestTool: TypeAlias = FunctionTool | ServerToolParam
-ToolChoice: TypeAlias = Literal["auto", "none", "required"] | ToolChoiceFunction
+ToolChoice: TypeAlias = (
+    Literal["auto", "none", "required"]
+    | ToolChoiceFunction
+    | ToolChoiceAllowed
+    | ToolChoiceMcp
+    | ToolChoiceCustom
+    | ToolChoiceHosted
+)
 
 
 @attrs.frozen(kw_only=True)
@@ -79,6 +95,8 @@ class CreateRequest:
     max_tool_calls: int | None = None
     include: tuple[str, ...] = ()
     top_logprobs: int | None = None
+    #: What the answer's text must be (`text.format`); None: free text.
+    text: TextConfig | None = None
 
     @property
     def function_tools(self) -> tuple[FunctionTool, ...]:

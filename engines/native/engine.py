@@ -33,10 +33,12 @@ from typing import Any, Literal
 
 import anyio
 import anyio.to_thread
+import attrs
 import torch
 from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
 
-from .._source import GenerationRequest, SamplingParams, TokenChunk
+from .._source import DecodingConstraint, GenerationRequest, SamplingParams, TokenChunk
+from ..guidance import ConstraintError, GuidanceConstraint, guidance_for
 from ._openmp import release_idle_openmp_team
 from ._steplog import StepLog
 from .core import EngineCore
@@ -70,6 +72,14 @@ def default_engine_threads() -> int:
     except AttributeError:  # not Linux
         cores = os.cpu_count() or 1
     return max(1, cores - 1)
+
+
+def _guided(decoding: DecodingConstraint) -> GuidanceConstraint:
+    """A gpt-oss request's grammar as its logits constraint (o200k_harmony's tokens)."""
+    from streamfold.engines.vocab import load_harmony_vocabulary
+
+    guidance = guidance_for(load_harmony_vocabulary())
+    return GuidanceConstraint(guidance.matcher(decoding.grammar))
 
 
 def _name_os_thread(name: str) -> None:
@@ -230,6 +240,15 @@ class NativeEngine:
         # This (event loop) thread's idle OpenMP team would make libgomp throttle the engine
         # thread's team (see _openmp); free it each time, as torch work here rebuilds it.
         release_idle_openmp_team()
+        if request.decoding is not None and request.constraint is None:
+            # Compiling a grammar (1-5 ms; the vocabulary's tokenizer, once, ~0.6 s) runs in a
+            # worker thread: neither the event loop nor the engine's steps wait for it.
+            try:
+                constraint = await anyio.to_thread.run_sync(_guided, request.decoding)
+            except ConstraintError as exc:
+                yield TokenChunk(finish_reason="error", error=str(exc))
+                return
+            request = attrs.evolve(request, constraint=constraint)
         send, receive = anyio.create_memory_object_stream[TokenChunk](math.inf)
         sink = _Sink(send, _poster())
         self._command("add", (request, sink))

@@ -1,0 +1,27 @@
+"""Structured outputs: what a request asks the model to write (`text.format`, `tool_choice`,
+strict and custom tools) as one `Shape`, and a chat format's grammar of it over the whole
+completion (`harmony_grammar`), which the engines enforce (`streamfold.engines.guidance`)."""
+
+from ._harmony import harmony_grammar
+from ._shape import (
+    Body,
+    Call,
+    JsonBody,
+    LarkBody,
+    RegexBody,
+    Shape,
+    TextBody,
+    budget_shape,
+)
+
+__all__ = [
+    "Body",
+    "Call",
+    "JsonBody",
+    "LarkBody",
+    "RegexBody",
+    "Shape",
+    "TextBody",
+    "budget_shape",
+    "harmony_grammar",
+]

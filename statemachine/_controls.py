@@ -1,0 +1,111 @@
+"""What a request asks the model to write, as the Response echoes it: `text` (its format) and
+the forms of `tool_choice` beyond a plain string (openai-python `ResponseTextConfig`,
+`ResponseFormatText*`, `ToolChoiceAllowed`, `ToolChoiceMcp`, `ToolChoiceTypes`,
+`ToolChoiceCustom`). The server reads them from a request (`adapters/protocol`) and enforces them
+(`adapters/structured`); the reducer only carries them on the Response."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+import attrs
+
+__all__ = [
+    "HOSTED_CHOICES",
+    "FormatJsonObject",
+    "FormatJsonSchema",
+    "FormatText",
+    "TextConfig",
+    "TextFormat",
+    "ToolChoiceAllowed",
+    "ToolChoiceCustom",
+    "ToolChoiceHosted",
+    "ToolChoiceMcp",
+]
+
+
+@attrs.frozen(kw_only=True)
+class FormatText:
+    """openai `ResponseFormatText`: free text."""
+
+    type: Literal["text"] = attrs.field(default="text", init=False)
+
+
+@attrs.frozen(kw_only=True)
+class FormatJsonObject:
+    """openai `ResponseFormatJSONObject`: any JSON object."""
+
+    type: Literal["json_object"] = attrs.field(default="json_object", init=False)
+
+
+@attrs.frozen(kw_only=True)
+class FormatJsonSchema:
+    """openai `ResponseFormatTextJSONSchemaConfig`: JSON following `schema`."""
+
+    type: Literal["json_schema"] = attrs.field(default="json_schema", init=False)
+    name: str
+    schema: dict[str, object]
+    description: str | None = None
+    strict: bool | None = None
+
+
+TextFormat = FormatText | FormatJsonObject | FormatJsonSchema
+
+
+@attrs.frozen(kw_only=True)
+class TextConfig:
+    """openai `ResponseTextConfig`."""
+
+    format: TextFormat = FormatText()
+    verbosity: Literal["low", "medium", "high"] | None = None
+
+
+@attrs.frozen(kw_only=True)
+class ToolChoiceAllowed:
+    """openai `ToolChoiceAllowed`: only these tools, `auto` or `required`."""
+
+    type: Literal["allowed_tools"] = attrs.field(default="allowed_tools", init=False)
+    mode: Literal["auto", "required"]
+    tools: tuple[dict[str, object], ...]
+
+
+@attrs.frozen(kw_only=True)
+class ToolChoiceMcp:
+    """openai `ToolChoiceMcp`: a tool (or any tool) of one MCP server."""
+
+    type: Literal["mcp"] = attrs.field(default="mcp", init=False)
+    server_label: str
+    name: str | None = None
+
+
+@attrs.frozen(kw_only=True)
+class ToolChoiceCustom:
+    """openai `ToolChoiceCustom`: one custom tool."""
+
+    type: Literal["custom"] = attrs.field(default="custom", init=False)
+    name: str
+
+
+#: Hosted tool types `tool_choice` may name (openai `ToolChoiceTypes`).
+HOSTED_CHOICES = (
+    "file_search",
+    "web_search_preview",
+    "web_search_preview_2025_03_11",
+    "computer_use_preview",
+    "image_generation",
+    "code_interpreter",
+)
+
+
+@attrs.frozen(kw_only=True)
+class ToolChoiceHosted:
+    """openai `ToolChoiceTypes`: the model must use this hosted tool."""
+
+    type: Literal[
+        "file_search",
+        "web_search_preview",
+        "web_search_preview_2025_03_11",
+        "computer_use_preview",
+        "image_generation",
+        "code_interpreter",
+    ]

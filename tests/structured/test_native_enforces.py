@@ -1,0 +1,163 @@
+"""The native engine enforces a harmony grammar on the tiny random-weight gpt-oss.
+
+With random weights the model writes noise: only a working constraint makes its completions
+valid. So every sampled completion (temperature 1.0, several seeds, a few hundred tokens) must
+read, through the reducer, as reasoning followed by the answer or call the shape demands, and a
+JSON answer must validate against a nested strict schema with bounds.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import anyio
+import jsonschema
+import pytest
+
+from streamfold.adapters.driver import fold
+from streamfold.adapters.structured import Call, JsonBody, Shape, budget_shape, harmony_grammar
+from streamfold.engines import DecodingConstraint, GenerationRequest, SamplingParams
+from streamfold.engines.native import build_native_engine
+from streamfold.engines.native.gptoss.init_model import init_model
+from streamfold.engines.vocab import harmony_encoding, load_harmony_vocabulary
+from streamfold.statemachine import FunctionTool, HarmonyGrammar, Response
+
+SCHEMA: dict[str, Any] = {
+    "type": "object",
+    "properties": {
+        "name": {"type": "string", "pattern": "^[a-z]{2,8}$"},
+        "age": {"type": "integer", "minimum": 0, "maximum": 120},
+        "kind": {"type": "string", "enum": ["cat", "dog", "fish"]},
+        "tags": {"type": "array", "items": {"$ref": "#/$defs/tag"}, "minItems": 1, "maxItems": 3},
+    },
+    "required": ["name", "age", "kind", "tags"],
+    "additionalProperties": False,
+    "$defs": {
+        "tag": {
+            "type": "object",
+            "properties": {"code": {"type": "string", "pattern": "^[A-Z][0-9]{2}$"}},
+            "required": ["code"],
+            "additionalProperties": False,
+        }
+    },
+}
+WEATHER = Call(
+    recipient="functions.get_weather",
+    body=JsonBody(
+        schema={
+            "type": "object",
+            "properties": {"city": {"type": "string", "enum": ["Paris", "Rome"]}},
+            "required": ["city"],
+            "additionalProperties": False,
+        }
+    ),
+)
+OTHER = Call(
+    recipient="functions.get_time",
+    body=JsonBody(
+        schema={
+            "type": "object",
+            "properties": {"zone": {"type": "string", "pattern": "^[A-Z]{3}$"}},
+            "required": ["zone"],
+            "additionalProperties": False,
+        }
+    ),
+)
+BUDGET = 300
+SEEDS = range(4)
+
+
+@pytest.fixture(scope="module")
+def engine(tmp_path_factory: pytest.TempPathFactory) -> Any:
+    model = init_model(tmp_path_factory.mktemp("model") / "tiny", seed=3, dtype="float32")
+    with build_native_engine(model, threads=1) as native:
+        yield native
+
+
+def _prompt() -> tuple[int, ...]:
+    text = (
+        "<|start|>system<|message|>You are a test.<|end|>"
+        "<|start|>user<|message|>Describe a pet.<|end|><|start|>assistant"
+    )
+    return tuple(harmony_encoding().encode(text, allowed_special="all"))
+
+
+def _generate(engine: Any, shape: Shape, seed: int) -> Response:
+    grammar = harmony_grammar(budget_shape(shape, BUDGET))
+    request = GenerationRequest(
+        request_id=f"r{seed}",
+        prompt_token_ids=_prompt(),
+        max_output_tokens=BUDGET,
+        sampling=SamplingParams(temperature=1.0, seed=seed),
+        stop_token_ids=(200002, 200012),
+        decoding=DecodingConstraint(grammar=grammar),
+    )
+
+    async def run() -> list[Any]:
+        return [chunk async for chunk in engine.generate(request)]
+
+    chunks = anyio.run(run)
+    reason = chunks[-1].finish_reason
+    assert reason in ("stop", "length"), chunks[-1]
+    tools = tuple(
+        FunctionTool(name=c.recipient.removeprefix("functions.")) for c in shape.calls or ()
+    )
+    start = Response(id="resp_t", created_at=0, model="tiny", status="in_progress", tools=tools)
+    grammar = HarmonyGrammar(vocabulary=load_harmony_vocabulary())
+    events = list(fold(grammar, start, chunks, reason))
+    final: Response = events[-1].response  # type: ignore[attr-defined]
+    return final
+
+
+def _kinds(response: Response) -> list[str]:
+    return [item.type for item in response.output]
+
+
+@pytest.mark.parametrize("seed", SEEDS)
+def test_a_json_schema_answer_always_validates_and_keeps_its_reasoning(
+    engine: Any, seed: int
+) -> None:
+    response = _generate(engine, Shape(answer=JsonBody(schema=SCHEMA), calls=()), seed)
+    assert response.status == "completed", response
+    kinds = _kinds(response)
+    assert kinds[0] == "reasoning" and kinds[-1] == "message", kinds
+    assert "function_call" not in kinds
+    text = response.output[-1].content[0].text  # type: ignore[union-attr]
+    jsonschema.validate(json.loads(text), SCHEMA)
+
+
+@pytest.mark.parametrize("seed", SEEDS)
+def test_required_always_ends_in_an_allowed_call(engine: Any, seed: int) -> None:
+    response = _generate(engine, Shape(answer=None, calls=(WEATHER, OTHER)), seed)
+    calls = [item for item in response.output if item.type == "function_call"]
+    assert _kinds(response)[0] == "reasoning"
+    assert len(calls) == 1, _kinds(response)
+    assert calls[0].name in ("get_weather", "get_time")  # type: ignore[union-attr]
+    schema = (WEATHER if calls[0].name == "get_weather" else OTHER).body.schema  # type: ignore
+    jsonschema.validate(json.loads(calls[0].arguments), schema)  # type: ignore[union-attr]
+
+
+@pytest.mark.parametrize("seed", SEEDS)
+def test_a_named_tool_is_the_only_call(engine: Any, seed: int) -> None:
+    response = _generate(engine, Shape(answer=None, calls=(WEATHER,)), seed)
+    calls = [item for item in response.output if item.type == "function_call"]
+    assert [c.name for c in calls] == ["get_weather"]  # type: ignore[union-attr]
+
+
+@pytest.mark.parametrize("seed", SEEDS)
+def test_none_never_calls(engine: Any, seed: int) -> None:
+    shape = Shape(
+        answer=JsonBody(
+            schema={
+                "type": "object",
+                "properties": {"ok": {"type": "boolean"}},
+                "required": ["ok"],
+                "additionalProperties": False,
+            }
+        ),
+        calls=(),
+    )
+    response = _generate(engine, shape, seed)
+    assert "function_call" not in _kinds(response)
+    assert response.status == "completed"
