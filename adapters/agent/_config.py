@@ -83,6 +83,8 @@ class Approval:
     request: McpApprovalRequestInput
     approve: bool
     reason: str | None = None
+    #: Where the answer is in the request (`input[3].approval_request_id`), for errors.
+    param: str = "input"
 
 
 @attrs.define(kw_only=True)
@@ -176,7 +178,9 @@ def _approvals(request: CreateRequest, own: int, labels: set[str]) -> list[Appro
                 param=param,
             )
         answered.add(item.approval_request_id)
-        approvals.append(Approval(request=asked_for, approve=item.approve, reason=item.reason))
+        approvals.append(
+            Approval(request=asked_for, approve=item.approve, reason=item.reason, param=param)
+        )
     return approvals
 
 

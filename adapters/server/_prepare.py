@@ -28,6 +28,7 @@ from ..protocol import (
     parse_input_items,
 )
 from ..registry import Engine, UnknownModelError
+from ._approvals import check_approvals
 from ._conversation import earlier_conversation, saved_input
 from ._limits import ServerLimits, check_body
 from ._references import resolve_references
@@ -104,6 +105,8 @@ async def prepare(
         else ()
     )
     response_id = new_id()
+    if agent is not None:
+        await check_approvals(store, agent.approvals, response_id)
     max_output_tokens = request.max_output_tokens
     if max_output_tokens is None:
         max_output_tokens = engine.max_output_tokens

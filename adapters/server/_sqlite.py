@@ -443,6 +443,20 @@ class SQLiteEventStore:
         self._unfinished.pop(response_id, None)
         self._inputs.pop(response_id, None)
 
+    async def claim_approval(self, approval_id: str, response_id: str) -> str | None:
+        # One autocommit statement on the loop, as `delete`: atomic, and small.
+        try:
+            self._db.execute(
+                "INSERT OR IGNORE INTO approvals VALUES (?, ?)", (approval_id, response_id)
+            )
+            row = self._db.execute(
+                "SELECT response_id FROM approvals WHERE approval_id=?", (approval_id,)
+            ).fetchone()
+        except sqlite3.Error as exc:
+            raise StoreError(f"writing the response store {self.path} failed: {exc}") from exc
+        first = str(row[0])
+        return None if first == response_id else first
+
     async def save_input(self, response_id: str, items: str) -> None:
         """Kept, and written with the next write's transaction (see `__init__`); what would
         make that write fail is refused here."""

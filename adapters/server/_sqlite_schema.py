@@ -45,6 +45,15 @@ CREATE TABLE IF NOT EXISTS inputs (
     items TEXT NOT NULL
 ) WITHOUT ROWID;
 """
+# Which response answered each approval request (issue 29: one approval, one call). Added to
+# layout 1 without a new version: a file without it gets it when its server opens it, and an
+# older streamfold ignores it.
+_APPROVALS = """
+CREATE TABLE IF NOT EXISTS approvals (
+    approval_id TEXT PRIMARY KEY,
+    response_id TEXT NOT NULL
+) WITHOUT ROWID
+"""
 # A batch's types and data are stored newline-joined: wire JSON never holds a raw newline
 # (json.dumps escapes it). One row per batch, not per event: a statement per event meant a GIL
 # hand-off per event.
@@ -74,6 +83,8 @@ def open_layout(db: sqlite3.Connection, *, upgrade: bool) -> None:
     store holds the file's lock); `StoreError` for a file this version cannot read."""
     version = db.execute("PRAGMA user_version").fetchone()[0]
     if version == LAYOUT:
+        if upgrade:
+            db.execute(_APPROVALS)
         return
     if version > LAYOUT:
         raise StoreError(
@@ -94,6 +105,7 @@ def open_layout(db: sqlite3.Connection, *, upgrade: bool) -> None:
         for statement in script.split(";"):
             if statement.strip():
                 db.execute(statement)
+        db.execute(_APPROVALS)
         db.execute(f"PRAGMA user_version={LAYOUT}")
     except BaseException:
         db.execute("ROLLBACK")

@@ -23,6 +23,7 @@ __all__ = [
     "LIFECYCLE_EVENT_TYPES",
     "RECORD_DATA",
     "RECORD_TYPE",
+    "ApprovalStore",
     "EventRecord",
     "EventStore",
     "InputStore",
@@ -160,6 +161,16 @@ def advance(
     )
 
 
+@runtime_checkable
+class ApprovalStore(Protocol):
+    """A store that records which response answered each approval request, so that one
+    approval runs one call, however many times a client forks the conversation that asked."""
+
+    async def claim_approval(self, approval_id: str, response_id: str) -> str | None:
+        """Record that `response_id` answers `approval_id`: None the first time, else the
+        response that answered it first."""
+
+
 class MemoryEventStore:
     """Logs in a dict: for tests, and servers that need nothing to survive a restart."""
 
@@ -167,6 +178,11 @@ class MemoryEventStore:
         self._logs: dict[str, list[EventRecord]] = {}
         self._snapshots: dict[str, StoredResponse] = {}
         self._inputs: dict[str, str] = {}
+        self._approvals: dict[str, str] = {}
+
+    async def claim_approval(self, approval_id: str, response_id: str) -> str | None:
+        first = self._approvals.setdefault(approval_id, response_id)
+        return None if first == response_id else first
 
     async def append(
         self, response_id: str, records: Sequence[EventRecord], *, background: bool = False
