@@ -218,13 +218,8 @@ def prepare_agent(request: CreateRequest, config: AgentConfig, own: int) -> Agen
                     "(AgentConfig.mcp_allow)",
                     param=f"tools[{i}].server_url",
                 ) from None
-            mcp.append(
-                McpTool(
-                    _mcp_config(tool, str(url)),
-                    connect_seconds=config.limits.call_seconds,
-                    allow=config.allow_list,
-                )
-            )
+            # Connected with `CONNECT_SECONDS`, as documented (not the call limit).
+            mcp.append(McpTool(_mcp_config(tool, str(url)), allow=config.allow_list))
         elif isinstance(tool, WebSearchParam):
             if config.browser is None:
                 raise RequestError(

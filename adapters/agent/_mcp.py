@@ -39,8 +39,8 @@ __all__ = [
     "describe_error",
 ]
 
-#: Seconds to connect and for each request to an MCP server (a call is further bounded by the
-#: loop's `ToolLimits.call_seconds`).
+#: Seconds to connect to an MCP server, and for its answer to `tools/list` (a tool call's answer
+#: is bounded by the loop's `ToolLimits.call_seconds` instead: tools may take their time).
 CONNECT_SECONDS = 10.0
 
 
@@ -207,7 +207,7 @@ class McpTool:
         return self.config.server_label
 
     @asynccontextmanager
-    async def _client(self) -> AsyncIterator[Any]:
+    async def _client(self, read_seconds: float | None) -> AsyncIterator[Any]:
         import httpx2
         from mcp import Client
         from mcp.client.sse import sse_client
@@ -223,13 +223,13 @@ class McpTool:
                 timeout=timeout,
                 httpx_client_factory=self._http_client,
             )
-            async with Client(transport, read_timeout_seconds=timeout, cache=None) as client:
+            async with Client(transport, read_timeout_seconds=read_seconds, cache=None) as client:
                 yield client
             return
         http = self._http_client(headers=headers, timeout=httpx2.Timeout(timeout, read=None))
         async with http:
             transport = streamable_http_client(config.server_url, http_client=http)
-            async with Client(transport, read_timeout_seconds=timeout, cache=None) as client:
+            async with Client(transport, read_timeout_seconds=read_seconds, cache=None) as client:
                 yield client
 
     def _allowed(self, info: McpToolInfo) -> bool:
@@ -243,7 +243,7 @@ class McpTool:
         `describe` and `call`. Raises `ToolListError` with a message for the item."""
         try:
             listed: list[McpToolInfo] = []
-            async with self._client() as client:
+            async with self._client(self.connect_seconds) as client:
                 cursor = None
                 for _ in range(100):  # a server whose pages never end cannot hang the response
                     page = await client.list_tools(cursor=cursor)
@@ -308,7 +308,7 @@ class McpTool:
         if not isinstance(parsed, dict):
             return ToolResult(error="the arguments must be a JSON object")
         try:
-            async with self._client() as client:
+            async with self._client(None) as client:  # the loop bounds the call
                 result = await client.call_tool(name, parsed)
         except Exception as exc:  # protocol/transport errors: the model reads them
             return ToolResult(error=describe_error(exc))

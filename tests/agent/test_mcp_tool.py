@@ -3,21 +3,27 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
 from typing import Any
 
 import anyio
 import pytest
 
 from streamfold.adapters.agent import (
+    AgentConfig,
     ApprovalFilter,
     McpServerConfig,
     McpTool,
+    ToolInfo,
     ToolLimits,
     ToolListError,
     run_tool,
 )
+from streamfold.adapters.agent._config import prepare_agent
+from streamfold.adapters.agent._mcp import CONNECT_SECONDS
+from streamfold.adapters.protocol import parse_create_request
 
-from .mcp_server import McpServerRun
+from .mcp_server import McpServerRun, running_mcp_server
 
 pytestmark = pytest.mark.anyio
 
@@ -120,3 +126,41 @@ async def test_describe_is_a_harmony_namespace(mcp_server: McpServerRun) -> None
     namespace = tool.describe()
     assert namespace.name == "demo"
     assert [t.name for t in namespace.tools] == ["add"]
+
+
+@pytest.fixture(scope="module")
+def slow_lister() -> Iterator[McpServerRun]:
+    with running_mcp_server(list_delay=3.0) as run:
+        yield run
+
+
+async def test_a_listing_slower_than_the_connect_timeout_fails_and_a_slow_call_does_not(
+    slow_lister: McpServerRun,
+) -> None:
+    """The connect timeout bounds connecting and `tools/list`, not a tool's own time: a
+    server whose listing takes 3 s fails with a 1 s connect timeout, and a tool taking 2 s
+    answers under it."""
+    slow = McpTool(
+        McpServerConfig(server_label="demo", server_url=slow_lister.streamable_url),
+        connect_seconds=1,
+    )
+    with anyio.fail_after(20), pytest.raises(ToolListError, match="'demo'"):
+        await slow.list_tools()
+    slow.tools = (ToolInfo(name="slow", input_schema={}),)
+    result = await run_tool(slow, "slow", '{"seconds": 2}', ToolLimits(call_seconds=10))
+    assert (result.output, result.error) == ("woke up", None)
+
+
+def test_the_server_connects_with_the_documented_timeout_not_the_call_limit() -> None:
+    """Bug: the server gave each MCP server the 60 s call limit as its connect timeout (a hung
+    server held a response that long), where `CONNECT_SECONDS` (10 s) is documented."""
+    body = {
+        "model": "m",
+        "input": "hi",
+        "tools": [{"type": "mcp", "server_label": "demo", "server_url": "http://h/mcp"}],
+    }
+    config = AgentConfig(mcp_allow=("http://h/",), limits=ToolLimits(call_seconds=60))
+    run = prepare_agent(parse_create_request(body), config, own=1)
+    assert run is not None
+    (tool,) = run.mcp
+    assert isinstance(tool, McpTool) and tool.connect_seconds == CONNECT_SECONDS == 10
