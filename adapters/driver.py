@@ -99,22 +99,42 @@ def step_chunk(
     the exception is returned beside the state and events of the tokens before it, so the
     caller keeps those and can finish the response after them.
     """
+    state, events, error, _ = _step_tokens(state, chunk)
+    return state, events, error
+
+
+def _step_tokens(
+    state: ResponseState, chunk: TokenChunk, *, until_call: bool = False
+) -> tuple[ResponseState, list[Event], Exception | None, int]:
+    """`step_chunk`, and how many of the chunk's tokens were stepped. With `until_call`, none
+    after the one that leaves a server-side call pending (the reducer takes no token while a
+    call is pending); without it, every token (the count is then only read on success)."""
     events: list[Event] = []
+    stepped = 0
     try:
-        if chunk.logprobs is None and chunk.top_logprobs is None:
+        if until_call:
+            for token, logprob, top in _tokens(chunk):
+                state, produced = step(state, token, logprob, top)
+                events += produced
+                stepped += 1
+                if state.call is not None:
+                    break
+        elif chunk.logprobs is None and chunk.top_logprobs is None:
             # Most chunks carry no logprobs: `step(state, token)` is the compiled step's fast
             # call, and zipping in two columns of None cost as much as the step itself
             # (benchmarks/bench_cli.py, replay).
             for token in chunk.token_ids:
                 state, produced = step(state, token)
                 events += produced
+            stepped = len(chunk.token_ids)
         else:
             for token, logprob, top in _tokens(chunk):
                 state, produced = step(state, token, logprob, top)
                 events += produced
+            stepped = len(chunk.token_ids)
     except Exception as exc:
-        return state, events, exc
-    return state, events, None
+        return state, events, exc, stepped
+    return state, events, None, stepped
 
 
 def fold(
@@ -176,6 +196,13 @@ class Generation:
     whole never stores half a step. When the consumer stops early, `close(reason, message)`
     still gives the terminal events (e.g. to write a `cancelled` response to a log); it
     returns `[]` once the response is finished.
+
+    A response that spans several generations (the agent loop, `adapters/agent/_loop.py`)
+    drives the same object step by step instead of `batches()`: `open(server_tools)` (the
+    events of `start`), then per generation `generate(request)`, which runs that generation to
+    its finish or to the server-side call it leaves pending (`end` then says how it ended and
+    `taken` holds its chunks as the reducer took them), `apply(step)` for each `LoopStep`
+    between generations, and `close(reason, message)` at the end.
     """
 
     def __init__(
@@ -188,6 +215,7 @@ class Generation:
         input_tokens: int | None = None,
         clock: Callable[[], float] | None = None,
         max_batch_chunks: int = MAX_BATCH_CHUNKS,
+        restore_stop: frozenset[int] = frozenset(),
     ) -> None:
         if max_batch_chunks < 1:
             raise ValueError(f"max_batch_chunks must be at least 1, got {max_batch_chunks}")
@@ -199,14 +227,36 @@ class Generation:
         self.grammar = grammar
         self.response = response
         self.input_tokens = len(request.prompt_token_ids) if input_tokens is None else input_tokens
+        # Stop ids an engine may leave out of its output (naming them in `stop_reason`) that
+        # the reducer must see: a server-side call ends at `<|call|>`.
+        self.restore_stop = restore_stop
         self.state: ResponseState | None = None
+        # With server tools (`open(server_tools)`): each generation's chunks as the reducer
+        # took them (a generation stops at a pending call, so a chunk may be cut there).
+        self.taken: list[TokenChunk] | None = None
+        #: How the last `generate` ended: its finish reason and message.
+        self.end: tuple[FinishReason, str | None] = ("error", NO_FINISH)
 
     @property
     def finished(self) -> bool:
         return self.state is not None and self.state.finished
 
     def _start(self) -> list[Event]:
-        self.state, events = start(self.grammar, self.response, input_tokens=self.input_tokens)
+        return self.open()
+
+    def open(self, server_tools: ServerTools = NO_SERVER_TOOLS) -> list[Event]:
+        """`start` the response (`response.created`, `response.in_progress`); with
+        `server_tools`, a generation ends where a call to one of them is pending."""
+        self.state, events = start(
+            self.grammar, self.response, input_tokens=self.input_tokens, server_tools=server_tools
+        )
+        self.taken = [] if server_tools else None
+        return events
+
+    def apply(self, loop_step: LoopStep) -> list[Event]:
+        """One step of the agent loop between generations (`apply_loop_step`)."""
+        assert self.state is not None  # opened
+        self.state, events = apply_loop_step(self.state, loop_step)
         return events
 
     def close(self, reason: FinishReason, message: str | None = None) -> list[Event]:
@@ -218,23 +268,37 @@ class Generation:
         self.state, closing = finish(self.state, reason, message, completed_at=completed_at)
         return events + closing
 
-    async def batches(self) -> AsyncGenerator[list[Event], None]:
+    def batches(self) -> AsyncGenerator[list[Event], None]:
         """The events, one list per source chunk or run of ready chunks (see the class
         docstring)."""
-        pending = self._start()
+        return self._run(None)
+
+    def generate(self, request: GenerationRequest) -> AsyncGenerator[list[Event], None]:
+        """One generation of an opened response, from its state now: its events, batched as
+        `batches()`'s, until the source finishes or a server-side call is pending; then `end`
+        says how it ended (the response is not finished: the caller `close`s it)."""
+        return self._run(request)
+
+    async def _run(self, request: GenerationRequest | None) -> AsyncGenerator[list[Event], None]:
+        """A whole response when `request` is None (`batches`), else one generation."""
+        whole = request is None
+        pending = self._start() if whole else []
+        if self.taken is not None:
+            self.taken = []
         reason: FinishReason = "error"
         message: str | None = NO_FINISH
         chunks: AsyncIterator[TokenChunk] | None = None
         try:
-            chunks = self.source.generate(self.request)
+            chunks = self.source.generate(self.request if request is None else request)
             take: Callable[[int], list[TokenChunk]] | None = getattr(chunks, "take_ready", None)
             # A source that already holds chunks (replay; an engine whose consumer lags) gives
             # them with the opening events, in one batch (one log group, one write); one that
             # holds none (an engine still in prefill) lets the opening events go out at once.
             end = None if take is None else self._step_all(take(self.max_batch_chunks), pending)
             if end is None:
-                batch, pending = pending, []
-                yield batch
+                if pending:
+                    batch, pending = pending, []
+                    yield batch
                 more = self.max_batch_chunks - 1
                 async for first in chunks:
                     ready = [first]
@@ -253,43 +317,97 @@ class Generation:
         finally:
             if chunks is not None:
                 await close_source(chunks)
-        yield pending + self.close(reason, message)
+        self.end = (reason, message)
+        if whole:
+            yield pending + self.close(reason, message)
+        elif pending:
+            yield pending
 
     def _step_all(
         self, ready: list[TokenChunk], pending: list[Event]
     ) -> tuple[FinishReason, str | None] | None:
         """Step `ready` chunks, adding their events to `pending`; the finish reason and message
-        once a chunk finishes (chunks after it are not stepped), else None. A token `step`
-        refuses raises, after its chunk's earlier events were added."""
+        once a chunk finishes (chunks after it are not stepped) or a server-side call is
+        pending (`"stop"`), else None. A token `step` refuses raises, after its chunk's
+        earlier events were added."""
         state = self.state
         assert state is not None  # set by _start
+        taken = self.taken
         if step_ready is not None and type(ready) is not list:
             ready = list(ready)
         try:
             i, end = 0, len(ready)
             while i < end:
                 if step_ready is not None:  # the run of plain text tokens from here, in C
+                    first = i
                     state, i = step_ready(state, ready, i, pending)
+                    if taken is not None and i > first:
+                        taken += ready[first:i]  # text: no call ends in these
                     if i == end:
                         break
                 chunk = ready[i]
                 i += 1
-                ids = chunk.token_ids
-                if len(ids) == 1 and chunk.logprobs is None and chunk.top_logprobs is None:
-                    # An engine's usual chunk, one plain token: `step_chunk`'s loop for it,
-                    # inline, as in `fold` (a call and a list less per token).
-                    state, produced = step(state, ids[0])
-                    pending += produced
+                if taken is not None:  # a generation that may end in a server-side call
+                    state, over = self._step_to_call(state, chunk, pending, taken)
+                    if over:
+                        return "stop", None
                 else:
-                    state, produced, error = step_chunk(state, chunk)
-                    pending += produced
-                    if error is not None:
-                        raise error
+                    ids = chunk.token_ids
+                    if len(ids) == 1 and chunk.logprobs is None and chunk.top_logprobs is None:
+                        # An engine's usual chunk, one plain token: `step_chunk`'s loop for it,
+                        # inline, as in `fold` (a call and a list less per token).
+                        state, produced = step(state, ids[0])
+                        pending += produced
+                    else:
+                        state, produced, error = step_chunk(state, chunk)
+                        pending += produced
+                        if error is not None:
+                            raise error
                 if chunk.finish_reason is not None:
                     return chunk.finish_reason, chunk.error
             return None
         finally:
             self.state = state
+
+    def _step_to_call(
+        self,
+        state: ResponseState,
+        chunk: TokenChunk,
+        pending: list[Event],
+        taken: list[TokenChunk],
+    ) -> tuple[ResponseState, bool]:
+        """Step `chunk` until a server-side call is pending (True: the generation is over;
+        the reducer takes no token while a call is pending, and closing the source stops an
+        engine that went on, as it does after a call ended by `<|end|>`). The chunk, as far as
+        it was stepped, goes into `taken`."""
+        parts = [chunk]
+        stop = chunk.stop_reason
+        if chunk.finish_reason == "stop" and isinstance(stop, int) and stop in self.restore_stop:
+            # An engine that leaves its stop token out of the output (it names it in
+            # stop_reason): the reducer needs that `<|call|>` to see the call end.
+            last = chunk.token_ids[-1:] or (taken[-1].token_ids[-1:] if taken else ())
+            if last != (stop,):
+                parts.append(TokenChunk(token_ids=(stop,)))
+        for part in parts:
+            state, produced, error, stepped = _step_tokens(state, part, until_call=True)
+            pending += produced
+            if stepped:
+                taken.append(part if stepped == len(part.token_ids) else _head(part, stepped))
+            if error is not None:
+                raise error
+            if state.call is not None:
+                return state, True
+        return state, False
+
+
+def _head(chunk: TokenChunk, count: int) -> TokenChunk:
+    """The first `count` tokens of `chunk`, with their logprobs."""
+    logprobs, tops = chunk.logprobs, chunk.top_logprobs
+    return TokenChunk(
+        token_ids=chunk.token_ids[:count],
+        logprobs=None if logprobs is None else logprobs[:count],
+        top_logprobs=None if tops is None else tops[:count],
+    )
 
 
 async def stream_events(

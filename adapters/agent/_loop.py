@@ -4,19 +4,25 @@ Theory of operation
 -------------------
 `AgentGeneration` has the driver's `Generation` surface (`batches()`, `close()`, `finished`),
 so the server runs an agent response exactly as any other: the same backpressure, the same
-cancellation, the same log. It makes no protocol decision; the reducer's pure calls do
-(`start`, `list_tools`, `step`, `pending_call`, `tool_result`, `approved_call`,
-`next_generation`, `finish`). The phases:
+cancellation, the same log. It is the driver underneath: one `Generation` holds the reducer
+state, runs each generation (its chunk-to-step loop, the compiled fast path, coalescing) to
+its finish or to the server-side call it leaves pending, and takes the loop's steps between
+generations as `LoopStep` values (`ListToolsStep`, `ApprovedCallStep`, `ToolResultStep`,
+`NextGenerationStep`), which a recording keeps as they are. The loop makes no protocol
+decision; the reducer's pure calls do. The phases:
 
-1. *Listing* (I/O, before `start`): each MCP server's tools, all servers at once. A server
-   that fails is listed with its error and not offered to the model; the response goes on.
-2. *Start*: `start(..., server_tools=...)`, then one `list_tools` per MCP server.
+1. *Start*: `response.created` and `response.in_progress` go out at once, before any I/O.
+2. *Listing*: each MCP server's tools, all servers at once (each bounded by the MCP
+   connect timeout and the call limit). A server that fails is listed with its error and not
+   offered to the model; the response goes on. One `ListToolsStep` per MCP server.
 3. *Approvals*: each approved `mcp_approval_response` of the request runs its call
-   (`approved_call` → tool → `tool_result`); a declined one tells the model so.
-4. *Generations*: generate from the prompt; a generation that ends in a server-side call
-   leaves that call pending: run the tool, `tool_result`, append the generated tokens and the
-   tool's message to the prompt (`_render.continuation`), `next_generation`, generate again.
-   No pending call: `finish(stop)` (an approval request also ends here).
+   (`ApprovedCallStep` -> tool -> `ToolResultStep`); a declined one tells the model so.
+4. *Generations*: the prompt is rendered by `prompts` (the server's renderer: worker
+   processes, its time limit and input-token limit), then generated from; a generation that
+   ends in a server-side call leaves that call pending: run the tool, `ToolResultStep`, append
+   the generated tokens and the tool's message to the prompt (`prompts.continuation`),
+   `NextGenerationStep`, generate again. No pending call: finish (an approval request also
+   ends here). A prompt the renderer refuses ends the response `failed`, saying why.
 
 Limits: calls beyond `max_tool_calls` are not run (the item's error says so and the model reads
 it, as the API ignores further calls); after `max_iterations` tool rounds a still-pending call
@@ -28,34 +34,36 @@ server then closes the response with `close("abort", ...)`.
 
 from __future__ import annotations
 
-from collections.abc import AsyncGenerator, AsyncIterator, Callable, Iterator
-from typing import Any
+import contextlib
+from collections.abc import AsyncGenerator, AsyncIterator, Callable, Sequence
+from typing import Any, Protocol
 
 import anyio
 import attrs
 
 from streamfold.engines import GenerationRequest, TokenChunk, TokenSource
 from streamfold.statemachine import (
+    ApprovedCallStep,
     CodeInterpreterOutputLogs,
     Event,
     FinishReason,
     Grammar,
+    ListToolsStep,
+    LoopStep,
     McpServer,
     McpToolInfo,
+    NextGenerationStep,
+    PendingCall,
     Response,
     ResponseState,
     ServerTools,
-    approved_call,
-    finish,
-    list_tools,
-    next_generation,
+    StreamfoldError,
+    ToolResultStep,
     pending_call,
-    start,
-    step,
-    tool_result,
 )
+from streamfold.statemachine._servertools import NO_SERVER_TOOLS
 
-from ..driver import MAX_BATCH_CHUNKS, NO_FINISH, Generation, close_source
+from ..driver import Generation
 from ..formats import (
     call_channel,
     call_message,
@@ -70,27 +78,44 @@ from ._config import AgentRun
 from ._mcp import describe_error
 from ._tool import ListedTool, ToolInfo, ToolResult, run_tool
 
-__all__ = ["LIMIT_REASON", "AgentGeneration", "generation_for"]
+__all__ = ["LIMIT_REASON", "AgentGeneration", "InlinePrompts", "Prompts", "generation_for"]
 
 #: How a response that hit the server's tool-round limit ends (see the module docstring).
 LIMIT_REASON: FinishReason = "tool_limit"
 
 
-def _tokens(chunk: TokenChunk) -> Iterator[tuple[int, float | None, Any]]:
-    logprobs = chunk.logprobs or (None,) * len(chunk.token_ids)
-    tops = chunk.top_logprobs or (None,) * len(chunk.token_ids)
-    return zip(chunk.token_ids, logprobs, tops, strict=True)
+class Prompts(Protocol):
+    """Where the loop's prompts are rendered. The server passes its renderer (worker
+    processes, size caps, time limit, the input-token limit: what a plain request gets);
+    `InlinePrompts` renders in the caller (`streamfold record`). A refusal raises a
+    `StreamfoldError` whose message says why (the response then ends `failed`)."""
+
+    async def prompt(self, namespaces: Sequence[Any], after: Sequence[Any]) -> tuple[int, ...]:
+        """The first generation's prompt: the request with the server tools' `namespaces`
+        (openai-harmony `ToolNamespaceConfig`s), then the harmony messages `after` it."""
+        ...
+
+    async def continuation(self, message: Any, prompt_tokens: int) -> tuple[int, ...]:
+        """The tokens after a call: the tool's `message`, then the assistant's next turn;
+        `prompt_tokens`, the length of the prompt they extend (a limit counts the whole)."""
+        ...
 
 
-@attrs.define
-class _Outcome:
-    reason: FinishReason = "error"
-    message: str | None = NO_FINISH
-    generated: list[int] = attrs.Factory(list)
+@attrs.frozen
+class InlinePrompts:
+    """`Prompts` rendered in the caller, with no limits (for `streamfold record`)."""
+
+    request: CreateRequest
+
+    async def prompt(self, namespaces: Sequence[Any], after: Sequence[Any]) -> tuple[int, ...]:
+        return render_prompt(self.request, namespaces, after)
+
+    async def continuation(self, message: Any, prompt_tokens: int) -> tuple[int, ...]:
+        return continuation(message)
 
 
 class AgentGeneration:
-    """One agent response: its tools, its prompt, and the reducer state between calls."""
+    """One agent response: its tools, its prompt, and the driver that holds its state."""
 
     def __init__(
         self,
@@ -101,37 +126,45 @@ class AgentGeneration:
         response: Response,
         run: AgentRun,
         *,
-        record: list[Any] | None = None,
+        prompts: Prompts | None = None,
+        clock: Callable[[], float] | None = None,
+        record: list[TokenChunk | LoopStep] | None = None,
     ) -> None:
-        self.source = source
         self.request = request
         self.generation = generation
-        self.grammar = grammar
-        self.response = response
         self.run = run
-        self.state: ResponseState | None = None
+        self.prompts = prompts if prompts is not None else InlinePrompts(request)
+        # The one chunk-to-step loop; `clock` stamps `completed_at`, as on a plain response.
+        self.driver = Generation(
+            source,
+            generation,
+            grammar,
+            response,
+            input_tokens=0,
+            clock=clock,
+            restore_stop=message_end_tokens(),
+        )
         self.calls = 0  # tool calls run (max_tool_calls counts these)
         self.rounds = 0  # generations that ended in a server-side call
         # When recording (`streamfold record`): every chunk as the reducer took it and every
         # loop step, in order; `server_tools` as given to `start`; `finished` the last finish.
         self.record = record
-        self.server_tools: Any = None
+        self.server_tools = NO_SERVER_TOOLS
         self.finished_with: tuple[FinishReason, str | None] | None = None
 
     @property
+    def state(self) -> ResponseState | None:
+        return self.driver.state
+
+    @property
     def finished(self) -> bool:
-        return self.state is not None and self.state.finished
+        return self.driver.finished
 
     def close(self, reason: FinishReason, message: str | None = None) -> list[Event]:
         """Finish the response now (if it is not finished) and return its closing events."""
-        events: list[Event] = []
-        if self.state is None:
-            self.state, events = start(self.grammar, self.response)
-        if self.state.finished:
-            return events
-        self.state, closing = finish(self.state, reason, message)
-        self.finished_with = (reason, message)
-        return events + closing
+        if not self.driver.finished:
+            self.finished_with = (reason, message)
+        return self.driver.close(reason, message)
 
     # --- phases -------------------------------------------------------------------------
 
@@ -155,7 +188,7 @@ class AgentGeneration:
                 group.start_soon(one, tool)
         return listed
 
-    def _start(self, listed: dict[str, tuple[ToolInfo, ...] | str]) -> list[Event]:
+    def _server_tools(self, listed: dict[str, tuple[ToolInfo, ...] | str]) -> ServerTools:
         mcp = []
         for tool in self.run.mcp:
             tools = listed[tool.namespace]
@@ -168,37 +201,37 @@ class AgentGeneration:
             elif needing == frozenset(names):
                 policy = "always"
             mcp.append(McpServer(server_label=tool.namespace, require_approval=policy))
-        server_tools = ServerTools(
+        return ServerTools(
             browser=self.run.tool("browser") is not None,
             python=self.run.tool("python") is not None,
             mcp=tuple(mcp),
         )
-        self.server_tools = server_tools
-        self.state, events = start(
-            self.grammar, self.response, input_tokens=0, server_tools=server_tools
-        )
+
+    def _listed(self, listed: dict[str, tuple[ToolInfo, ...] | str]) -> list[Event]:
+        """`start` with the server tools the listing found, then one `ListToolsStep` per MCP
+        server. `start`'s two events went out before the listing: they say nothing of server
+        tools (only the state holds them), so the same events are not sent again."""
+        sent = self.driver.state
+        self.server_tools = self._server_tools(listed)
+        again = self.driver.open(self.server_tools)
+        assert sent is not None and sent.finished is False and len(again) == 2
+        events: list[Event] = []
         for tool in self.run.mcp:
             tools = listed[tool.namespace]
             error = tools if isinstance(tools, str) else None
             infos = () if isinstance(tools, str) else tuple(_info(t) for t in tools)
-            events += self._apply(
-                "list_tools", server_label=tool.namespace, tools=infos, error=error
-            )
+            step = ListToolsStep(server_label=tool.namespace, tools=infos, error=error)
+            events += self._apply(step)
         return events
 
-    def _apply(self, kind: str, **fields: Any) -> list[Event]:
-        """One step of the loop on the reducer (`list_tools`, `approved_call`, `tool_result`,
-        `next_generation`), kept in `record` when recording (a trace replays them in order)."""
+    def _apply(self, step: LoopStep) -> list[Event]:
+        """One step of the loop on the reducer, kept in `record` when recording (a trace
+        replays them in order)."""
         if self.record is not None:
-            self.record.append((kind, fields))
-        assert self.state is not None
-        if kind == "next_generation":
-            self.state = next_generation(self.state, **fields)
-            return []
-        self.state, events = _STEPS[kind](self.state, **fields)
-        return list(events)
+            self.record.append(step)
+        return self.driver.apply(step)
 
-    async def _run_call(self, call: Any) -> ToolResult:
+    async def _run_call(self, call: PendingCall) -> ToolResult:
         """The tool's result for a pending call (an error result when it cannot run)."""
         if self.calls >= self.run.max_tool_calls:
             return ToolResult(
@@ -207,100 +240,45 @@ class AgentGeneration:
             )
         namespace, _, name = call.recipient.partition(".")
         if call.kind == "mcp_call":
-            namespace, name = call.server_label, call.name
+            namespace, name = call.server_label or "", call.name or ""
         tool = self.run.tool(namespace)
         if tool is None:
             return ToolResult(error=f"no tool {call.recipient!r} is offered to this response")
         self.calls += 1
         return await run_tool(tool, name or None, call.arguments, self.run.limits)
 
-    def _answer(self, call: Any, result: ToolResult) -> list[Event]:
-        assert self.state is not None
+    def _answer(self, call: PendingCall, result: ToolResult) -> list[Event]:
         outputs = None
         if call.kind == "code_interpreter_call":
             logs = result.logs if result.logs is not None else result.text
             outputs = (CodeInterpreterOutputLogs(logs=logs),)
         if result.error is not None:
-            return self._apply(
-                "tool_result", item_id=call.item_id, error=result.error, outputs=outputs
-            )
-        output = result.output or ""
-        return self._apply("tool_result", item_id=call.item_id, output=output, outputs=outputs)
+            step = ToolResultStep(item_id=call.item_id, error=result.error, outputs=outputs)
+        else:
+            step = ToolResultStep(item_id=call.item_id, output=result.output or "", outputs=outputs)
+        return self._apply(step)
 
-    async def _generate(
-        self, prompt: tuple[int, ...], outcome: _Outcome
-    ) -> AsyncIterator[list[Event]]:
-        """One generation: its events, one batch per source chunk, or per run of up to
-        `MAX_BATCH_CHUNKS` chunks the source had ready at once (`ReadyChunks`, as `Generation`
-        does); the outcome in `outcome`."""
+    async def _generate(self, prompt: tuple[int, ...]) -> AsyncIterator[list[Event]]:
+        """One generation on the driver: its events, batched as the driver batches them; the
+        driver's `end` and `taken` say how it ended and what it generated."""
         limit = self.request.max_output_tokens
-        assert self.state is not None
-        if limit is not None and self.state.output_tokens >= limit:
-            outcome.reason, outcome.message = "length", None
+        state = self.driver.state
+        assert state is not None
+        if limit is not None and state.output_tokens >= limit:
+            self.driver.end = ("length", None)
+            self.driver.taken = []
             return
         request = attrs.evolve(
             self.generation,
             request_id=f"{self.generation.request_id}-{self.rounds}",
             prompt_token_ids=prompt,
-            max_output_tokens=None if limit is None else limit - self.state.output_tokens,
+            max_output_tokens=None if limit is None else limit - state.output_tokens,
         )
-        pending: list[Event] = []
-        chunks: AsyncIterator[TokenChunk] | None = None
-        try:
-            chunks = self.source.generate(request)
-            take: Callable[[int], list[TokenChunk]] | None = getattr(chunks, "take_ready", None)
-            async for chunk in chunks:
-                ready = [chunk]
-                if take is not None and chunk.finish_reason is None:
-                    ready += take(MAX_BATCH_CHUNKS - 1)
-                # Chunk by chunk: a generation that ends mid-batch (a call's end) takes none
-                # of the chunks after it, as it would not have read them one at a time.
-                if any(self._feed(taken, outcome, pending) for taken in ready):
-                    break
-                if pending:
-                    yield pending
-                    pending = []
-        except Exception as exc:  # the engine failed: report it in-band, keep what was sent
-            outcome.reason = "error"
-            outcome.message = f"generation failed: {type(exc).__name__}: {exc}"
-        finally:
-            if chunks is not None:
-                await close_source(chunks)
-        if pending:
-            yield pending
-
-    def _feed(self, chunk: TokenChunk, outcome: _Outcome, pending: list[Event]) -> bool:
-        """Step one chunk's tokens; True when the generation is over."""
-        ends = message_end_tokens()
-        tokens = list(_tokens(chunk))
-        stop = chunk.stop_reason
-        if chunk.finish_reason == "stop" and isinstance(stop, int) and stop in ends:
-            # An engine that leaves its stop token out of the output (it names it in
-            # stop_reason): the reducer needs that <|call|> to see the call end.
-            taken = [token for token, _, _ in tokens] or outcome.generated
-            if not taken or taken[-1] != stop:
-                tokens.append((stop, None, None))
-        stepped = 0
-        over = False
-        for token, logprob, top in tokens:
-            assert self.state is not None
-            self.state, produced = step(self.state, token, logprob, top)
-            outcome.generated.append(token)
-            pending.extend(produced)
-            stepped += 1
-            # A call ended by <|end|> (not a stop token) leaves the engine running: the
-            # generation ends here all the same (the reducer takes no token while it is
-            # pending), and closing the source stops the engine.
-            if token in ends and pending_call(self.state) is not None:
-                outcome.reason, outcome.message = "stop", None
-                over = True
-                break
-        if not over and chunk.finish_reason is not None:
-            outcome.reason, outcome.message = chunk.finish_reason, chunk.error
-            over = True
-        if self.record is not None and stepped:
-            self.record.append(_stepped(tokens[:stepped]))  # what the reducer took, no more
-        return over
+        async with contextlib.aclosing(self.driver.generate(request)) as batches:
+            async for batch in batches:
+                yield batch
+        if self.record is not None and self.driver.taken:
+            self.record += self.driver.taken  # what the reducer took, no more
 
     async def _approvals(self) -> AsyncIterator[tuple[list[Event], list[Any]]]:
         """Run each approved call (events) and give the messages the model reads after its
@@ -313,16 +291,15 @@ class AgentGeneration:
                 text = f"Error: the user declined this call{reason}"
                 yield [], [call_message(recipient, asked.arguments), tool_message(recipient, text)]
                 continue
-            assert self.state is not None
-            events = self._apply(
-                "approved_call",
+            step = ApprovedCallStep(
                 approval_request_id=asked.id,
                 server_label=asked.server_label,
                 name=asked.name,
                 arguments=asked.arguments,
             )
+            events = self._apply(step)
             yield events, []
-            call = pending_call(self.state)
+            call = self._pending()
             result = await self._run_call(call)
             messages = [
                 call_message(recipient, asked.arguments),
@@ -330,10 +307,18 @@ class AgentGeneration:
             ]
             yield self._answer(call, result), messages
 
+    def _pending(self) -> PendingCall:
+        state = self.driver.state
+        assert state is not None
+        call = pending_call(state)
+        assert call is not None  # an approved call is pending until its result
+        return call
+
     async def batches(self) -> AsyncGenerator[list[Event], None]:
         """The response's events, in batches (see the module docstring)."""
+        yield self.driver.open()  # before any I/O: the client has the id at once
         listed = await self._list()
-        yield self._start(listed)
+        yield self._listed(listed)
         namespaces = [
             tool.describe()
             for tool in (*self.run.builtins, *self.run.mcp)
@@ -344,17 +329,21 @@ class AgentGeneration:
             after += messages
             if events:
                 yield events
-        prompt = render_prompt(self.request, namespaces, after)
-        assert self.state is not None
-        self._apply("next_generation", input_tokens=len(prompt))
+        try:
+            prompt = await self.prompts.prompt(namespaces, after)
+        except StreamfoldError as exc:
+            yield self.close("error", str(exc))
+            return
+        self._apply(NextGenerationStep(input_tokens=len(prompt)))
         while True:
-            outcome = _Outcome()
-            async for batch in self._generate(prompt, outcome):
+            async for batch in self._generate(prompt):
                 yield batch
-            assert self.state is not None
-            call = pending_call(self.state)
-            if outcome.reason != "stop" or call is None:
-                yield self.close(outcome.reason, outcome.message)
+            reason, message = self.driver.end
+            state = self.driver.state
+            assert state is not None
+            call = pending_call(state)
+            if reason != "stop" or call is None:
+                yield self.close(reason, message)
                 return
             if self.rounds >= self.run.max_iterations:
                 limit = (
@@ -369,31 +358,19 @@ class AgentGeneration:
             yield self._answer(call, result)
             # The call as harmony renders it: ended by <|call|> (an engine may have left its
             # stop token out, or the model ended the call with <|end|>).
-            generated = outcome.generated
+            generated = [token for chunk in self.driver.taken or () for token in chunk.token_ids]
+            channel = call_channel(generated, call.recipient)
             if generated and generated[-1] in message_end_tokens():
                 generated = generated[:-1]
-            generated = [*generated, call_token()]
-            channel = call_channel(outcome.generated, call.recipient)
+            generated.append(call_token())
             message = tool_message(call.recipient, result.text, channel)
-            prompt = (*prompt, *generated, *continuation(message))
-            self._apply("next_generation", input_tokens=len(prompt))
-
-
-_STEPS: dict[str, Any] = {
-    "list_tools": list_tools,
-    "approved_call": approved_call,
-    "tool_result": tool_result,
-}
-
-
-def _stepped(tokens: list[tuple[int, float | None, Any]]) -> TokenChunk:
-    logprobs = [logprob for _, logprob, _ in tokens]
-    tops = [top for _, _, top in tokens]
-    return TokenChunk(
-        token_ids=tuple(token for token, _, _ in tokens),
-        logprobs=None if None in logprobs else tuple(logprobs),  # type: ignore[arg-type]
-        top_logprobs=None if None in tops else tuple(tops),
-    )
+            try:
+                following = await self.prompts.continuation(message, len(prompt) + len(generated))
+            except StreamfoldError as exc:
+                yield self.close("error", str(exc))
+                return
+            prompt = (*prompt, *generated, *following)
+            self._apply(NextGenerationStep(input_tokens=len(prompt)))
 
 
 def _info(tool: ToolInfo) -> McpToolInfo:
@@ -414,10 +391,14 @@ def generation_for(
     agent: AgentRun | None,
     *,
     clock: Callable[[], float] | None = None,
+    prompts: Prompts | None = None,
 ) -> Generation | AgentGeneration:
     """The driver's plain `Generation`, or the agent loop when the request has server tools.
 
-    `clock` stamps `completed_at` on a plain generation's completed response."""
+    `clock` stamps `completed_at` on a completed response; `prompts` renders the agent
+    loop's prompts (the server's renderer)."""
     if agent is None:
         return Generation(source, generation, grammar, response, clock=clock)
-    return AgentGeneration(source, request, generation, grammar, response, agent)
+    return AgentGeneration(
+        source, request, generation, grammar, response, agent, prompts=prompts, clock=clock
+    )

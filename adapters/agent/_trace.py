@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from streamfold.engines import GenerationRequest, SamplingParams, TokenChunk, TokenSource
-from streamfold.statemachine import Event
+from streamfold.statemachine import Event, LoopStep
 
 from ..formats import stop_token_ids
 from ..protocol import input_items, parse_create_request
@@ -39,23 +39,6 @@ def server_tools_header(server_tools: Any) -> dict[str, Any]:
             for s in server_tools.mcp
         ],
     }
-
-
-_STEPS = {
-    "list_tools": "ListToolsStep",
-    "approved_call": "ApprovedCallStep",
-    "tool_result": "ToolResultStep",
-    "next_generation": "NextGenerationStep",
-}
-
-
-def _entry(entry: Any) -> Any:
-    if isinstance(entry, TokenChunk):
-        return entry
-    import streamfold.statemachine as sm
-
-    kind, fields = entry
-    return getattr(sm, _STEPS[kind])(**fields)
 
 
 async def record_agent_run(
@@ -87,7 +70,7 @@ async def record_agent_run(
         sampling=sampling or SamplingParams(),
         stop_token_ids=stop_token_ids(),
     )
-    entries: list[Any] = []
+    entries: list[TokenChunk | LoopStep] = []
     loop = AgentGeneration(
         source, request, generation, grammar_for(header), response_for(header), run, record=entries
     )
@@ -98,6 +81,6 @@ async def record_agent_run(
     assert loop.finished_with is not None  # batches() always ends with finish()
     reason, error = loop.finished_with
     trace_header = {**header, "server_tools": server_tools_header(loop.server_tools)}
-    text = dump_trace(trace_header, [_entry(e) for e in entries], reason, error)
+    text = dump_trace(trace_header, entries, reason, error)
     Path(path).write_text(text, encoding="utf-8")
     return reason

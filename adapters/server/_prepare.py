@@ -32,7 +32,7 @@ from ._approvals import check_approvals
 from ._conversation import earlier_conversation, saved_input
 from ._limits import ServerLimits, check_body
 from ._references import resolve_references
-from ._render import Renderer
+from ._render import AgentPrompts, Renderer
 from ._store import EventStore
 
 __all__ = ["Prepared", "new_response_id", "prepare"]
@@ -50,6 +50,8 @@ class Prepared:
     # request's own items, and the response it followed (`_conversation.saved_input`).
     saved_input: Any = attrs.Factory(list)
     agent: AgentRun | None = None  # the server-side tools: the agent loop runs the response
+    # Where the agent loop renders its prompts: the same renderer, checks and limits.
+    prompts: AgentPrompts | None = None
 
 
 def new_response_id() -> str:
@@ -97,13 +99,15 @@ async def prepare(
         grammar = engine.grammar(request.model)
     except UnknownModelError as exc:
         raise RequestError(str(exc), param="model", status=404, code="model_not_found") from exc
-    # An agent response renders its prompt once its MCP servers have listed their tools.
     # A request that follows another renders the whole conversation: size it as such.
-    prompt = (
-        await renderer.render(request, body_bytes + (len(json.dumps(earlier)) if earlier else 0))
-        if agent is None
-        else ()
-    )
+    size = body_bytes + (len(json.dumps(earlier)) if earlier else 0)
+    # An agent response's input is held to the same checks (time, size, max_input_tokens)
+    # here, before it is accepted; the loop renders its prompts, tools included, through the
+    # same renderer once its MCP servers have listed them.
+    prompt = await renderer.render(request, size)
+    prompts = None
+    if agent is not None:
+        prompt, prompts = (), renderer.prompts(request, size)
     response_id = new_id()
     if agent is not None:
         await check_approvals(store, agent.approvals, response_id)
@@ -148,4 +152,5 @@ async def prepare(
         grammar=grammar,
         saved_input=saved_input(request.previous_response_id, own),
         agent=agent,
+        prompts=prompts,
     )

@@ -10,6 +10,11 @@ render outlives `render_timeout_s`. A huge input can also make the Rust code pan
 
 Small bodies (`inline_render_bytes`) are rendered on the loop: their cost is bounded (a word
 cannot be longer than the body) and below a worker round trip.
+
+The agent loop's prompts come through here too (`Renderer.prompts`, the agent's `Prompts`):
+the first with the server tools' descriptions (an MCP server's, sized as part of the job), and
+each continuation after a call (the tool's output, which may be large). Every prompt, however
+far the loop has grown it, is held to `max_input_tokens`.
 """
 
 from __future__ import annotations
@@ -17,16 +22,19 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+from collections.abc import Sequence
 from multiprocessing.connection import Connection
+from typing import Any
 
 import anyio
 import anyio.to_thread
+import attrs
 
-from ..formats import ChatFormat
+from ..formats import ChatFormat, continuation
 from ..protocol import CreateRequest, RequestError
 from ._limits import ServerLimits
 
-__all__ = ["Renderer", "serve_renders"]
+__all__ = ["AgentPrompts", "Renderer", "serve_renders"]
 
 
 def _failure(exc: BaseException) -> RequestError:
@@ -36,11 +44,34 @@ def _failure(exc: BaseException) -> RequestError:
     )
 
 
-def _render_or_error(
-    chat_format: ChatFormat, request: CreateRequest
-) -> tuple[int, ...] | RequestError:
+@attrs.frozen
+class _Prompt:
+    """A render job: a request's prompt (with the agent loop's tools and messages after it)."""
+
+    request: CreateRequest
+    namespaces: tuple[Any, ...] = ()
+    after: tuple[Any, ...] = ()
+
+    def render(self, chat_format: ChatFormat) -> tuple[int, ...]:
+        return chat_format.render(self.request, self.namespaces, self.after)
+
+
+@attrs.frozen
+class _Continuation:
+    """A render job: what follows a call in the agent loop (the tool's harmony message)."""
+
+    message: Any
+
+    def render(self, chat_format: ChatFormat) -> tuple[int, ...]:
+        return continuation(self.message)
+
+
+_Job = _Prompt | _Continuation
+
+
+def _render_or_error(chat_format: ChatFormat, job: _Job) -> tuple[int, ...] | RequestError:
     try:
-        return chat_format.render(request)
+        return job.render(chat_format)
     except (KeyboardInterrupt, SystemExit):
         raise
     except BaseException as exc:  # pyo3's PanicException is a BaseException
@@ -58,10 +89,10 @@ def serve_renders(requests: Connection, results: Connection) -> None:
     results.send("ready")
     while True:
         try:
-            request = requests.recv()
+            job = requests.recv()
         except EOFError:
             return
-        results.send(_render_or_error(chat_format, request))
+        results.send(_render_or_error(chat_format, job))
 
 
 class _Worker:
@@ -91,9 +122,9 @@ class _Worker:
     def alive(self) -> bool:
         return self.process.poll() is None
 
-    def call(self, request: CreateRequest, timeout: float) -> tuple[int, ...] | RequestError | None:
+    def call(self, job: _Job, timeout: float) -> tuple[int, ...] | RequestError | None:
         """The render's result, or None when it timed out (the worker is then killed)."""
-        self.requests.send(request)
+        self.requests.send(job)
         if self.results.poll(timeout):
             result: tuple[int, ...] | RequestError = self.results.recv()
             return result
@@ -118,22 +149,33 @@ class Renderer:
         self._slots = anyio.Semaphore(limits.render_workers)
 
     async def render(self, request: CreateRequest, body_bytes: int) -> tuple[int, ...]:
-        if body_bytes <= self.limits.inline_render_bytes:
-            result = _render_or_error(self.chat_format, request)
+        """A request's prompt; raises `RequestError` (400) when it cannot be rendered in time or
+        is longer than `max_input_tokens`."""
+        return await self._render(_Prompt(request), body_bytes)
+
+    def prompts(self, request: CreateRequest, body_bytes: int) -> AgentPrompts:
+        """The agent loop's prompts for `request` (whose body is `body_bytes` long)."""
+        return AgentPrompts(renderer=self, request=request, body_bytes=body_bytes)
+
+    async def _render(self, job: _Job, size: int, before: int = 0) -> tuple[int, ...]:
+        """`job` rendered inline when `size` (its bytes, about) is small, else in a worker;
+        `before`: the tokens of the prompt it extends (the limit counts them too)."""
+        if size <= self.limits.inline_render_bytes:
+            result = _render_or_error(self.chat_format, job)
         else:
-            result = await self._in_worker(request)
+            result = await self._in_worker(job)
         if isinstance(result, RequestError):
             raise result
-        if len(result) > self.limits.max_input_tokens:
+        if before + len(result) > self.limits.max_input_tokens:
             raise RequestError(
-                f"the prompt is {len(result)} tokens long; this server's limit is "
+                f"the prompt is {before + len(result)} tokens long; this server's limit is "
                 f"{self.limits.max_input_tokens} tokens (the model's context)",
                 param="input",
                 code="context_length_exceeded",
             )
         return result
 
-    async def _in_worker(self, request: CreateRequest) -> tuple[int, ...] | RequestError:
+    async def _in_worker(self, job: _Job) -> tuple[int, ...] | RequestError:
         timeout = self.limits.render_timeout_s
         async with self._slots:
             worker = self._idle.pop() if self._idle else None
@@ -142,7 +184,7 @@ class Renderer:
                 worker = await anyio.to_thread.run_sync(_Worker, self.chat_format)
             # Not cancellable: a render cannot be stopped half-way but by killing its worker,
             # and its result is waited for at most `timeout` seconds.
-            result = await anyio.to_thread.run_sync(worker.call, request, timeout)
+            result = await anyio.to_thread.run_sync(worker.call, job, timeout)
             if result is None:
                 raise RequestError(
                     f"rendering the input as a prompt took longer than {timeout:g} s and was "
@@ -155,3 +197,25 @@ class Renderer:
     def close(self) -> None:
         while self._idle:
             self._idle.pop().kill()
+
+
+def _size(messages: Sequence[Any]) -> int:
+    """About the bytes openai-harmony reads of these pydantic values (what a word's length,
+    and so the render's cost, is bounded by)."""
+    return sum(len(message.model_dump_json()) for message in messages)
+
+
+@attrs.frozen
+class AgentPrompts:
+    """The agent loop's `Prompts`, rendered as a plain request's prompt is (`Renderer`)."""
+
+    renderer: Renderer
+    request: CreateRequest
+    body_bytes: int
+
+    async def prompt(self, namespaces: Sequence[Any], after: Sequence[Any]) -> tuple[int, ...]:
+        job = _Prompt(self.request, tuple(namespaces), tuple(after))
+        return await self.renderer._render(job, self.body_bytes + _size(namespaces) + _size(after))
+
+    async def continuation(self, message: Any, prompt_tokens: int) -> tuple[int, ...]:
+        return await self.renderer._render(_Continuation(message), _size([message]), prompt_tokens)

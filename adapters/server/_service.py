@@ -266,6 +266,7 @@ class ResponseService:
             prepared.response,
             prepared.agent,
             clock=self.clock,
+            prompts=prepared.prompts,
         )
         try:
             if run.logged and self._input_store is not None:

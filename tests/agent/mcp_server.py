@@ -29,12 +29,19 @@ class McpServerRun:
         return f"{self.url}/sse"
 
 
-def build_server(run: McpServerRun) -> Any:
+def build_server(run: McpServerRun, list_delay: float = 0.0) -> Any:
     from mcp.server.mcpserver import MCPServer
     from mcp.server.mcpserver.exceptions import ToolError
     from mcp.types import ToolAnnotations
 
-    server = MCPServer("demo")
+    class SlowToList(MCPServer):
+        """Answers `tools/list` after `list_delay` seconds (a slow or far-away server)."""
+
+        async def list_tools(self) -> Any:
+            await anyio.sleep(list_delay)
+            return await super().list_tools()
+
+    server = SlowToList("demo") if list_delay else MCPServer("demo")
 
     @server.tool(annotations=ToolAnnotations(read_only_hint=True))
     def add(a: int, b: int) -> int:
@@ -77,12 +84,14 @@ def _recording(app: Any, run: McpServerRun) -> Any:
 
 
 @contextlib.contextmanager
-def running_mcp_server(transport: str = "streamable_http") -> Iterator[McpServerRun]:
+def running_mcp_server(
+    transport: str = "streamable_http", *, list_delay: float = 0.0
+) -> Iterator[McpServerRun]:
     from starlette.applications import Starlette
     from starlette.routing import Mount
 
     run = McpServerRun(url="", headers_seen=[], calls=[], started=[])
-    server = build_server(run)
+    server = build_server(run, list_delay)
     if transport == "sse":
         app = server.sse_app()
     else:

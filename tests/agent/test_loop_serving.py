@@ -1,0 +1,208 @@
+"""The agent loop served as a plain request is (issue 28), over the real socket: the official
+openai client, real MCP servers built with the `mcp` SDK on 127.0.0.1, a scripted engine.
+
+Each test pins a defect of the loop's old second path (its own chunk-to-step loop, its own
+prompt rendering, listing before anything was sent):
+- an agent response had `completed_at: null`;
+- its prompt skipped the server's input checks (`max_input_tokens`) ...
+- ... and was rendered on the event loop, with no time limit, stalling every other request;
+- nothing reached the client until every MCP server had listed its tools (a background
+  create, too, had no id to give until then).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import threading
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import attrs
+import openai
+import pytest
+from openai import OpenAI
+
+from streamfold.adapters.agent import ToolLimits
+from streamfold.adapters.agent._config import AgentConfig
+from streamfold.adapters.server import MemoryEventStore, ServerLimits, create_app
+from tests.server.helpers import assert_conformant
+from tests.server.serving import serve
+
+from .mcp_server import McpServerRun, running_mcp_server
+from .scripted import ScriptedAgentSource
+
+ANSWER = "<|channel|>final<|message|>Done.<|return|>"
+#: An input of over 200 prompt tokens, over a limit of 100.
+LONG_INPUT = " ".join(["word"] * 200)
+#: How long the slow MCP server takes to list its tools.
+LIST_DELAY = 3.0
+
+
+@attrs.define
+class Served:
+    client: OpenAI
+    mcp: McpServerRun
+
+    def mcp_tool(self) -> dict[str, Any]:
+        return {
+            "type": "mcp",
+            "server_label": "demo",
+            "server_url": self.mcp.streamable_url,
+            "require_approval": "never",
+        }
+
+
+@contextlib.contextmanager
+def served(*, list_delay: float = 0.0, limits: ServerLimits | None = None) -> Iterator[Served]:
+    source = ScriptedAgentSource({"m": [ANSWER]})
+    with running_mcp_server(list_delay=list_delay) as mcp:
+        config = AgentConfig(mcp_allow=(mcp.url + "/",), limits=ToolLimits(call_seconds=20))
+        app = create_app(source.engine(), store=MemoryEventStore(), agent=config, limits=limits)
+        with serve(app) as url:
+            client = OpenAI(base_url=f"{url}/v1", api_key="x", max_retries=0, timeout=60)
+            yield Served(client=client, mcp=mcp)
+
+
+@pytest.fixture(scope="module")
+def server() -> Iterator[Served]:
+    with served(limits=ServerLimits(render_timeout_s=3)) as running:
+        yield running
+
+
+@pytest.fixture(scope="module")
+def limited() -> Iterator[Served]:
+    with served(limits=ServerLimits(max_input_tokens=100)) as running:
+        yield running
+
+
+@pytest.fixture(scope="module")
+def slow_lister() -> Iterator[Served]:
+    with served(list_delay=LIST_DELAY) as running:
+        yield running
+
+
+def test_an_agent_response_has_completed_at(server: Served) -> None:
+    """Bug: every response that ran the agent loop had `completed_at: null`."""
+    before = int(time.time())
+    created = server.client.responses.create(model="m", input="go", tools=[server.mcp_tool()])
+    with server.client.responses.stream(model="m", input="go", tools=[server.mcp_tool()]) as s:
+        events = list(s)
+    assert_conformant(events)
+    streamed = events[-1].response
+    for response in (created, streamed):
+        assert response.status == "completed"
+        assert [item.type for item in response.output] == ["mcp_list_tools", "message"]
+        assert response.completed_at is not None
+        assert before <= response.completed_at <= time.time() + 1
+
+
+def test_an_agent_request_over_the_input_token_limit_is_refused_naming_the_param(
+    limited: Served,
+) -> None:
+    """Bug: a plain request over `max_input_tokens` was a 400, the same input with an MCP tool
+    completed (its prompt was rendered outside the server's checks)."""
+    for tools in ([], [limited.mcp_tool()]):
+        with pytest.raises(openai.BadRequestError) as refused:
+            limited.client.responses.create(model="m", input=LONG_INPUT, tools=tools)
+        error = refused.value.body
+        assert isinstance(error, dict)
+        assert error["param"] == "input"
+        assert error["code"] == "context_length_exceeded"
+        assert "100 tokens" in error["message"]
+
+
+def test_an_agent_prompt_that_the_listed_tools_push_over_the_limit_fails_in_band(
+    limited: Served,
+) -> None:
+    """The input fits, the MCP server's tool descriptions (known only once the response has
+    begun) make the prompt too long: the response ends `failed`, saying so."""
+    with limited.client.responses.stream(model="m", input="go", tools=[limited.mcp_tool()]) as s:
+        events = list(s)
+    assert_conformant(events)
+    response = events[-1].response
+    assert response.status == "failed"
+    assert [item.type for item in response.output] == ["mcp_list_tools"]
+    assert "this server's limit is 100 tokens" in response.error.message
+
+
+def test_an_agent_request_with_a_huge_word_does_not_stall_a_plain_one(server: Served) -> None:
+    """Bug: an agent request's prompt was rendered on the event loop with no time limit: one
+    request with a 200,000-character word and a server tool stalled every other request on
+    the server for 43 s. Its input is now rendered as a plain request's is: in a worker
+    process, refused when it outlives the time limit (3 s here), while others are answered."""
+    outcome: list[Any] = []
+
+    def big() -> None:
+        try:
+            server.client.responses.create(
+                model="m", input="x" * 200_000, tools=[server.mcp_tool()]
+            )
+        except openai.APIStatusError as exc:
+            outcome.append(exc)
+        else:
+            outcome.append("accepted")
+
+    thread = threading.Thread(target=big)
+    thread.start()
+    try:
+        # The plain request is due 1 s on, when the big one is being rendered (its MCP server
+        # lists at once). The server runs in this process: a render that held its event loop
+        # and the GIL would make this thread late too, so lateness counts from when it was due.
+        due = time.monotonic() + 1.0
+        time.sleep(1.0)
+        plain = server.client.responses.create(model="m", input="go")
+        took = time.monotonic() - due
+    finally:
+        thread.join(timeout=120)
+    assert plain.status == "completed"
+    assert took < 1.0, f"a plain request waited {took:.1f} s behind the agent request's render"
+    (refused,) = outcome
+    assert isinstance(refused, openai.BadRequestError), refused
+    assert refused.body["param"] == "input"  # type: ignore[index]
+    assert "took longer than 3 s" in refused.body["message"]  # type: ignore[index]
+
+
+def test_the_stream_starts_before_a_slow_mcp_server_has_listed_its_tools(
+    slow_lister: Served,
+) -> None:
+    """Bug: nothing reached the client until every MCP server had listed its tools
+    (`response.created` waited for the listing)."""
+    began = time.monotonic()
+    stream = slow_lister.client.responses.create(
+        model="m", input="go", tools=[slow_lister.mcp_tool()], stream=True
+    )
+    with stream:
+        events = iter(stream)
+        first = next(events)
+        first_after = time.monotonic() - began
+        rest = list(events)
+    took = time.monotonic() - began
+    assert first.type == "response.created"
+    assert first_after < 1.0, f"the first event came {first_after:.1f} s after the request"
+    assert took >= LIST_DELAY  # the listing did take its time, after the first event
+    all_events = [first, *rest]
+    assert_conformant(all_events)
+    assert all_events[-1].type == "response.completed"
+    assert all_events[-1].response.output[0].type == "mcp_list_tools"
+
+
+def test_a_background_create_answers_before_a_slow_mcp_server_has_listed(
+    slow_lister: Served,
+) -> None:
+    """Bug: a `background: true` create blocked until the listing ended, so the client had no
+    id (and could not cancel) for that long."""
+    began = time.monotonic()
+    created = slow_lister.client.responses.create(
+        model="m", input="go", tools=[slow_lister.mcp_tool()], background=True
+    )
+    took = time.monotonic() - began
+    assert took < 1.0, f"the background create answered after {took:.1f} s"
+    assert created.id.startswith("resp_") and created.status in ("queued", "in_progress")
+    deadline = time.monotonic() + 30
+    response = created
+    while response.status in ("queued", "in_progress") and time.monotonic() < deadline:
+        time.sleep(0.1)
+        response = slow_lister.client.responses.retrieve(created.id)
+    assert response.status == "completed"
+    assert response.completed_at is not None
