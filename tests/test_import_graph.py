@@ -148,6 +148,13 @@ FORBIDDEN: dict[str, set[str]] = {
         "streamfold.adapters.server",
         "streamfold.adapters.agent",
         "streamfold.adapters.formats",
+        "streamfold.adapters.structured",
+    },
+    # What a request asks the model to write, said without any family or server.
+    "streamfold.adapters.structured": {
+        "streamfold.adapters.server",
+        "streamfold.adapters.agent",
+        "streamfold.adapters.formats",
     },
     "streamfold.adapters.formats": {"streamfold.adapters.server", "streamfold.adapters.agent"},
     "streamfold.adapters.agent": {"streamfold.adapters.server"},

@@ -6,8 +6,8 @@ attaches.
 and the agent loop's tool calls and results in its conversation (`_harmony_tools.py`).
 """
 
-from ._format import ChatFormat, Constraint
-from ._harmony import FINAL, HARMONY, HarmonyFormat
+from ._format import ChatFormat
+from ._harmony import HARMONY, HarmonyFormat
 from ._harmony_prompt import render_prompt, stop_token_ids
 from ._harmony_tools import (
     call_channel,
@@ -21,10 +21,8 @@ from ._harmony_tools import (
 )
 
 __all__ = [
-    "FINAL",
     "HARMONY",
     "ChatFormat",
-    "Constraint",
     "HarmonyFormat",
     "call_channel",
     "call_message",

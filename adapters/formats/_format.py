@@ -8,52 +8,34 @@ module:
 - `stop_token_ids()`: the tokens that end an assistant turn (the engine stops on them);
   `load()` readies rendering (a worker process calls it before its first timed render);
 - `grammar()`: the reducer's `Grammar` that reads what a live model of the family writes;
-- `constraint_for(request)`: the decoding constraint a request asks for (structured outputs),
-  and where in the family's output it applies, or None.
+- `constraint_for(request)`: the grammar a request asks the whole completion to follow
+  (structured outputs, `tool_choice`), or None.
 
 An `Engine` names its format (`registry.Engine.format`); the server renders, stops and reads
 through it and never guesses a family from a model name. A family whose prompt is a Hugging
 Face chat template (Qwen3, Hermes: think tags) is one more module beside `_harmony.py`, a
 `ChatTemplateFormat` whose grammar is the `ThinkTagGrammar`.
 
-The constraint seam: `constraint_for` returns a `Constraint` naming the `region` of the
-output that the constraint holds (harmony: `"final"`, the content of the message on the
-`final` channel; the analysis and any tool call stay free) and what it holds it to. The format
-that knows its own token layout is the one to turn that into the engine's per-sequence
-`streamfold.engines.LogitsConstraint` (for example an llguidance grammar that leaves the
-analysis free and enters the JSON schema once `<|channel|>final<|message|>` has been written),
-which the server passes as `GenerationRequest(constraint=...)`; the engine masks each row of
-the batch before sampling. No format constrains anything yet: `constraint_for` returns None
-until structured outputs (`text.format`) are read.
+The constraint seam: `constraint_for` turns what a request asks for (`text.format`,
+`tool_choice`, strict and custom tools; as a family-independent `structured.Shape`) into a
+`DecodingConstraint`: one grammar over the family's whole completion, its own control tokens
+included (harmony: free reasoning, then JSON only inside the `final` message's content, or a
+call to an allowed tool with its input following its schema). The server passes it as
+`GenerationRequest(decoding=...)`; each engine enforces it its own way (the native engine with
+llguidance, one token mask per row of the batch).
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from typing import Any, Protocol, runtime_checkable
 
-import attrs
-
+from streamfold.engines import DecodingConstraint
 from streamfold.statemachine._grammar import Grammar
 
 from ..protocol import CreateRequest
 
-__all__ = ["ChatFormat", "Constraint"]
-
-
-@attrs.frozen(kw_only=True)
-class Constraint:
-    """A decoding constraint on one generation: where in the output it applies, and to what.
-
-    `region` is a name the format defines for a part of its output (harmony: `"final"`).
-    `json_schema` is the JSON schema the region's text must match; None means any JSON value.
-    `name` and `strict` are the request's own (`text.format`), kept for the engine's errors.
-    """
-
-    region: str
-    json_schema: Mapping[str, object] | None = None
-    name: str | None = None
-    strict: bool = False
+__all__ = ["ChatFormat"]
 
 
 @runtime_checkable
@@ -87,6 +69,9 @@ class ChatFormat(Protocol):
         does not pay for it."""
         ...
 
-    def constraint_for(self, request: CreateRequest) -> Constraint | None:
-        """The decoding constraint `request` asks for and where it applies; None: none."""
+    def constraint_for(
+        self, request: CreateRequest, *, after_call: bool = False
+    ) -> DecodingConstraint | None:
+        """The grammar `request` asks the completion to follow; None when it asks nothing.
+        `after_call`: a generation after a call the server ran (`required` relaxes to `auto`)."""
         ...

@@ -2,7 +2,7 @@
 
 It renders prompts with `_harmony_prompt.py` (openai-harmony's layout, with a fast path for
 the common prompt), stops on `<|return|>` and `<|call|>`, reads the output with the reducer's
-`HarmonyGrammar`, and places a decoding constraint in the `final` channel's content.
+`HarmonyGrammar`, and writes a request's constraint as one grammar over its whole completion.
 """
 
 from __future__ import annotations
@@ -10,19 +10,15 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+from streamfold.engines import DecodingConstraint
 from streamfold.statemachine import HarmonyGrammar
 from streamfold.statemachine._grammar import Grammar
 
 from ..protocol import CreateRequest
-from ._format import Constraint
+from ..structured import budget_shape, harmony_grammar, shape_for
 from ._harmony_prompt import render_prompt, stop_token_ids
 
-__all__ = ["FINAL", "HARMONY", "HarmonyFormat"]
-
-#: The region of harmony's output a constraint holds: the content of the message on the
-#: `final` channel (`<|channel|>final<|message|>` ... `<|return|>`), the answer the client
-#: reads. The `analysis` channel and tool calls (`to=...` on `commentary`) stay free.
-FINAL = "final"
+__all__ = ["HARMONY", "HarmonyFormat"]
 
 
 class HarmonyFormat:
@@ -55,10 +51,15 @@ class HarmonyFormat:
             vocabulary=load_harmony_vocabulary(), ignore_recipients_without_tools=True
         )
 
-    def constraint_for(self, request: CreateRequest) -> Constraint | None:
-        """None: structured outputs are not read from requests yet. When they are, a JSON
-        schema format becomes `Constraint(region=FINAL, json_schema=...)`."""
-        return None
+    def constraint_for(
+        self, request: CreateRequest, *, after_call: bool = False
+    ) -> DecodingConstraint | None:
+        """One grammar over the whole completion (`structured.harmony_grammar`): reasoning
+        free and bounded by the budget, then the answer or call the request allows."""
+        shape = budget_shape(shape_for(request, after_call=after_call), request.max_output_tokens)
+        if shape.free:
+            return None
+        return DecodingConstraint(grammar=harmony_grammar(shape), summary=shape.summary)
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}()"

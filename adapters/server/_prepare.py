@@ -28,6 +28,7 @@ from ..protocol import (
     parse_input_items,
 )
 from ..registry import Engine, UnknownModelError
+from ..structured import check_bodies
 from ._approvals import check_approvals
 from ._conversation import earlier_conversation, saved_input
 from ._limits import ServerLimits, check_body
@@ -95,6 +96,7 @@ async def prepare(
             param="max_output_tokens",
         )
     agent = prepare_agent(request, agent_config, len(own))
+    check_bodies(request)
     try:
         grammar = engine.grammar(request.model)
     except UnknownModelError as exc:
@@ -144,6 +146,7 @@ async def prepare(
         max_output_tokens=max_output_tokens,
         sampling=sampling,
         stop_token_ids=engine.format.stop_token_ids(),
+        decoding=engine.format.constraint_for(request),
     )
     return Prepared(
         request=request,

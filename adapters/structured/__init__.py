@@ -3,6 +3,7 @@ strict and custom tools) as one `Shape`, and a chat format's grammar of it over 
 completion (`harmony_grammar`), which the engines enforce (`streamfold.engines.guidance`)."""
 
 from ._harmony import harmony_grammar
+from ._request import check_bodies, shape_for
 from ._shape import (
     Body,
     Call,
@@ -23,5 +24,7 @@ __all__ = [
     "Shape",
     "TextBody",
     "budget_shape",
+    "check_bodies",
     "harmony_grammar",
+    "shape_for",
 ]

@@ -78,6 +78,8 @@ class _Builder:
         body, types = self.body(f"{name}_input", call.body)
         channel = _literal(call.channel)
         to = _literal(" to=" + call.recipient)
+        if call.any_name:
+            to = f"({to} /[A-Za-z0-9_-]+/)"
         self.rules.append(
             f"{name}: (<|channel|> {channel} {to} | {to} <|channel|> {channel}) {types} "
             f"<|message|> {body} <|call|>"

@@ -63,7 +63,9 @@ class Call:
 
     recipient: str
     channel: str = "commentary"
-    body: Body = JsonBody(schema={"type": "object"})
+    body: Body = TextBody()
+    #: The recipient is a prefix (an MCP server's `label.`): any tool name may follow it.
+    any_name: bool = False
 
 
 @attrs.frozen(kw_only=True)
@@ -87,6 +89,22 @@ class Shape:
     #: gpt-oss reasons before it answers or calls; the grammar asks for this many `analysis`
     #: messages first, so a constrained answer never comes without its reasoning.
     min_reasoning_messages: int = 1
+
+    @property
+    def summary(self) -> str:
+        """What the shape enforces, in a few words (for logs and errors)."""
+        answer = {
+            type(None): "no answer",
+            TextBody: "a text answer",
+            JsonBody: "a JSON answer",
+        }.get(type(self.answer), "an answer")
+        if self.calls is None:
+            calls = "any call"
+        elif not self.calls:
+            calls = "no call"
+        else:
+            calls = "a call to " + ", ".join(call.recipient for call in self.calls)
+        return f"{answer} or {calls}" if self.answer is not None else calls
 
     @property
     def free(self) -> bool:

@@ -36,7 +36,7 @@ def test_harmony_is_a_chat_format_that_renders_as_render_prompt() -> None:
     assert HARMONY.name == "harmony"
     assert HARMONY.render(request) == render_prompt(request)
     assert HARMONY.stop_token_ids() == stop_token_ids()
-    assert HARMONY.constraint_for(request) is None  # the seam structured outputs will fill
+    assert HARMONY.constraint_for(request) is None  # free text, any call: nothing to enforce
 
 
 def test_harmonys_grammar_reads_live_output_by_channel_without_tools() -> None:

@@ -1,0 +1,149 @@
+"""A request's controls as a `Shape`: `text.format`, `tool_choice` and its tools' strictness.
+
+| `tool_choice`                 | the completion ends with                                  |
+|-------------------------------|-----------------------------------------------------------|
+| `none`                        | the answer (no call)                                      |
+| `auto`                        | the answer, or a call to any tool of the request          |
+| `required`                    | a call to any tool of the request (never a bare answer)   |
+| `{type: function, name}`      | a call to that function                                   |
+| `{type: allowed_tools, ...}`  | a call to one of those (or the answer, in `auto` mode)    |
+| `{type: mcp, server_label}`   | a call to that MCP server's tool (or any of its tools)    |
+| hosted (`web_search_preview`) | a call to the built-in tool (`browser.*`, `python`)       |
+
+The answer is free text, or JSON following `text.format` (`json_object`: any object). A call's
+input follows its tool's `parameters` when the tool is `strict`, and is free otherwise. In the
+server's own tool loop, a generation after a call the server ran is `auto` (`after_call`):
+forcing another call would never let the loop end (smg relaxes it the same way).
+
+A request that constrains nothing (`auto`, free text, no strict tool) has no shape worth
+enforcing: `shape_for` returns the free shape and the format adds no grammar.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from typing import Any
+
+import attrs
+
+from streamfold.statemachine import (
+    FormatJsonObject,
+    FormatJsonSchema,
+    FunctionTool,
+    ToolChoiceAllowed,
+    ToolChoiceCustom,
+    ToolChoiceFunction,
+    ToolChoiceHosted,
+    ToolChoiceMcp,
+)
+
+from ..protocol import CreateRequest, RequestError
+from ..protocol._tools import CodeInterpreterParam, McpParam, WebSearchParam
+from ._shape import Body, Call, JsonBody, Shape, TextBody
+
+__all__ = ["check_bodies", "shape_for"]
+
+_OBJECT: dict[str, Any] = {"type": "object"}
+_BROWSER = ("browser.search", "browser.open", "browser.find")
+
+
+def _answer(request: CreateRequest) -> Body:
+    fmt = request.text.format if request.text is not None else None
+    if isinstance(fmt, FormatJsonSchema):
+        return JsonBody(schema=fmt.schema)
+    if isinstance(fmt, FormatJsonObject):
+        return JsonBody(schema=_OBJECT)
+    return TextBody()
+
+
+def _tool_calls(tool: Any) -> Iterator[tuple[Call, dict[str, Any]]]:
+    """Each call a tool offers, with the `tool_choice` entries that name it."""
+    if isinstance(tool, FunctionTool):
+        body: Body = (
+            JsonBody(schema=tool.parameters or _OBJECT) if tool.strict else TextBody()
+        )
+        yield (
+            Call(recipient=f"functions.{tool.name}", body=body),
+            {"type": "function", "name": tool.name},
+        )
+    elif isinstance(tool, McpParam):
+        yield (
+            Call(recipient=f"{tool.server_label}.", any_name=True, body=TextBody()),
+            {"type": "mcp", "server_label": tool.server_label},
+        )
+    elif isinstance(tool, WebSearchParam):
+        for recipient in _BROWSER:
+            yield Call(recipient=recipient, channel="analysis"), {"type": tool.type}
+    elif isinstance(tool, CodeInterpreterParam):
+        yield (
+            Call(recipient="python", channel="analysis", body=TextBody()),
+            {"type": "code_interpreter"},
+        )
+
+
+def _named(choice: Any, entry: dict[str, Any]) -> bool:
+    if isinstance(choice, ToolChoiceFunction):
+        return entry == {"type": "function", "name": choice.name}
+    if isinstance(choice, ToolChoiceMcp):
+        return entry == {"type": "mcp", "server_label": choice.server_label}
+    if isinstance(choice, ToolChoiceHosted):
+        hosted = {"web_search_preview_2025_03_11": "web_search_preview"}.get(
+            choice.type, choice.type
+        )
+        return entry.get("type") in (choice.type, hosted)
+    if isinstance(choice, ToolChoiceCustom):
+        return entry == {"type": "custom", "name": choice.name}
+    return False
+
+
+def _mcp_named(call: Call, choice: Any) -> Call:
+    # `{type: mcp, server_label, name}` names one of the server's tools.
+    if isinstance(choice, ToolChoiceMcp) and choice.name:
+        return attrs.evolve(call, recipient=f"{choice.server_label}.{choice.name}", any_name=False)
+    return call
+
+
+def shape_for(request: CreateRequest, *, after_call: bool = False) -> Shape:
+    """The shape `request` asks for (see the module docstring); not yet budgeted."""
+    answer = _answer(request)
+    offered = [pair for tool in request.tools for pair in _tool_calls(tool)]
+    calls = tuple(call for call, _ in offered)
+    choice = request.tool_choice
+    if after_call and choice != "none" and not (
+        isinstance(choice, ToolChoiceAllowed) and choice.mode == "auto"
+    ):
+        choice = "auto"
+    if choice == "none":
+        return Shape(answer=answer, calls=())
+    if choice == "auto":
+        # Nothing to enforce unless the answer or a call's input is held to something; once
+        # something is, calls are held to the tools the request declares.
+        strict = any(not isinstance(call.body, TextBody) for call in calls)
+        free = isinstance(answer, TextBody) and not strict
+        return Shape(answer=answer, calls=None if free else calls)
+    if choice == "required":
+        return Shape(answer=None, calls=calls)
+    if isinstance(choice, ToolChoiceAllowed):
+        allowed = tuple(call for call, entry in offered if entry in choice.tools)
+        return Shape(answer=answer if choice.mode == "auto" else None, calls=allowed)
+    named = tuple(_mcp_named(call, choice) for call, entry in offered if _named(choice, entry))
+    return Shape(answer=None, calls=named)
+
+
+def check_bodies(request: CreateRequest) -> None:
+    """Refuse (400, naming the param) a user schema llguidance cannot compile (a `pattern`
+    in a syntax its regex engine lacks, say): found before anything is generated."""
+    from streamfold.engines.guidance import validate_grammar
+
+    fmt = request.text.format if request.text is not None else None
+    checks: list[tuple[str, Any]] = []
+    if isinstance(fmt, FormatJsonSchema):
+        checks.append(("text.format.schema", fmt.schema))
+    for i, tool in enumerate(request.tools):
+        if isinstance(tool, FunctionTool) and tool.strict and tool.parameters is not None:
+            checks.append((f"tools[{i}].parameters", tool.parameters))
+    for param, schema in checks:
+        problem = validate_grammar("start: %json " + json.dumps(schema))
+        if problem is not None:
+            raise RequestError(f"the schema cannot be enforced: {problem}", param=param)
