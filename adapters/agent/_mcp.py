@@ -20,6 +20,7 @@ the response's stream. Servers built on the 2026 MCP revision are stateless per 
 
 from __future__ import annotations
 
+import functools
 import json
 from collections.abc import AsyncIterator, Mapping
 from contextlib import asynccontextmanager
@@ -28,6 +29,7 @@ from typing import Any, Literal
 import attrs
 
 from ._allow import AllowList, UrlRefused, normal_url
+from ._mcp_limits import ByteBudget, ListingTooLarge, McpLimits, budget_transport, check_tool
 from ._tool import ItemKind, ToolInfo, ToolResult
 
 __all__ = [
@@ -55,6 +57,7 @@ class McpRequestRefused(Exception):
 # A tool made without an allow-list (a deployment's own, or a test's) may go anywhere: the
 # request path checks `AgentConfig.allow_list` before it makes one.
 _ANY_URL = AllowList((), any_url=True)
+_LIMITS = McpLimits()
 
 #: The listing entry of an MCP tool (the name the `mcp_list_tools` item's type uses).
 McpToolInfo = ToolInfo
@@ -159,10 +162,12 @@ class McpTool:
         *,
         connect_seconds: float = CONNECT_SECONDS,
         allow: AllowList = _ANY_URL,
+        limits: McpLimits = _LIMITS,
     ):
         self.config = config
         self.connect_seconds = connect_seconds
         self.allow = allow
+        self.limits = limits
         self.tools: tuple[McpToolInfo, ...] = ()
 
     async def _check_request(self, request: Any) -> None:
@@ -190,7 +195,11 @@ class McpTool:
             )
 
     def _http_client(
-        self, headers: dict[str, str] | None = None, timeout: Any = None, auth: Any = None
+        self,
+        budget: ByteBudget,
+        headers: dict[str, str] | None = None,
+        timeout: Any = None,
+        auth: Any = None,
     ) -> Any:
         import httpx2
 
@@ -200,6 +209,7 @@ class McpTool:
             auth=auth,
             follow_redirects=False,
             event_hooks={"request": [self._check_request], "response": [self._refuse_redirect]},
+            transport=budget_transport(budget),
         )
 
     @property
@@ -207,7 +217,7 @@ class McpTool:
         return self.config.server_label
 
     @asynccontextmanager
-    async def _client(self, read_seconds: float | None) -> AsyncIterator[Any]:
+    async def _client(self, budget: ByteBudget, read_seconds: float | None) -> AsyncIterator[Any]:
         import httpx2
         from mcp import Client
         from mcp.client.sse import sse_client
@@ -221,12 +231,14 @@ class McpTool:
                 config.server_url,
                 headers=headers,
                 timeout=timeout,
-                httpx_client_factory=self._http_client,
+                httpx_client_factory=functools.partial(self._http_client, budget),
             )
             async with Client(transport, read_timeout_seconds=read_seconds, cache=None) as client:
                 yield client
             return
-        http = self._http_client(headers=headers, timeout=httpx2.Timeout(timeout, read=None))
+        http = self._http_client(
+            budget, headers=headers, timeout=httpx2.Timeout(timeout, read=None)
+        )
         async with http:
             transport = streamable_http_client(config.server_url, http_client=http)
             async with Client(transport, read_timeout_seconds=read_seconds, cache=None) as client:
@@ -243,7 +255,10 @@ class McpTool:
         `describe` and `call`. Raises `ToolListError` with a message for the item."""
         try:
             listed: list[McpToolInfo] = []
-            async with self._client(self.connect_seconds) as client:
+            limits = self.limits
+            chars = 0
+            budget = ByteBudget(limits.listing_bytes, "its tool listing")
+            async with self._client(budget, self.connect_seconds) as client:
                 cursor = None
                 for _ in range(100):  # a server whose pages never end cannot hang the response
                     page = await client.list_tools(cursor=cursor)
@@ -253,14 +268,21 @@ class McpTool:
                             if tool.annotations is not None
                             else None
                         )
-                        listed.append(
-                            McpToolInfo(
-                                name=tool.name,
-                                description=tool.description,
-                                input_schema=dict(tool.input_schema),
-                                annotations=annotations,
-                            )
+                        info = McpToolInfo(
+                            name=tool.name,
+                            description=tool.description,
+                            input_schema=dict(tool.input_schema),
+                            annotations=annotations,
                         )
+                        chars += check_tool(info, limits)
+                        if chars > limits.listing_chars:
+                            raise ListingTooLarge(
+                                f"its tools' names, descriptions and schemas pass "
+                                f"{limits.listing_chars} characters"
+                            )
+                        listed.append(info)
+                    if len(listed) > limits.max_tools:
+                        raise ListingTooLarge(f"it lists more than {limits.max_tools} tools")
                     cursor = page.next_cursor
                     if cursor is None:
                         break
@@ -308,7 +330,8 @@ class McpTool:
         if not isinstance(parsed, dict):
             return ToolResult(error="the arguments must be a JSON object")
         try:
-            async with self._client(None) as client:  # the loop bounds the call
+            budget = ByteBudget(self.limits.call_bytes, "one tool call")
+            async with self._client(budget, None) as client:  # the loop bounds the call
                 result = await client.call_tool(name, parsed)
         except Exception as exc:  # protocol/transport errors: the model reads them
             return ToolResult(error=describe_error(exc))
