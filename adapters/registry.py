@@ -71,7 +71,11 @@ class Engine:
     header names its grammar) gives its own.
 
     `max_output_tokens` caps a request that sets none (None: no cap), so that a model that never
-    stops (random weights, a degenerate loop) cannot hold the engine without end."""
+    stops (random weights, a degenerate loop) cannot hold the engine without end.
+
+    `enforces_constraints` says whether the source masks its tokens by a request's
+    `GenerationRequest.decoding` (structured outputs, `tool_choice`): the native engine does;
+    replay serves what was recorded, and the server says so once in its log."""
 
     source: TokenSource
     format: ChatFormat = HARMONY
@@ -84,6 +88,7 @@ class Engine:
     warm_up: Callable[[], Awaitable[object]] | None = None
     load: Callable[[], Awaitable[object]] | None = None
     max_output_tokens: int | None = None
+    enforces_constraints: bool = False
 
 
 #: `--engine native`'s cap on a request without `max_output_tokens` (`--default-max-output-tokens`).
@@ -245,7 +250,9 @@ def _gpu_engine(name: str) -> EngineFactory:
         # server's `close()` of the source shuts the engine down. Every model served live is
         # gpt-oss.
         source = LoadingSource(lambda: build_engine_source(name, model, **options), name=name)
-        return Engine(source=source, format=HARMONY, load=source.load)
+        # They enforce a request's grammar through their llguidance backends (vLLM: the
+        # guidance structured-outputs backend; SGLang: `--grammar-backend llguidance`).
+        return Engine(source=source, format=HARMONY, load=source.load, enforces_constraints=True)
 
     return factory
 
@@ -286,6 +293,7 @@ def native_engine(args: argparse.Namespace) -> Engine:
         format=HARMONY,
         warm_up=engine.warm_up,
         max_output_tokens=NATIVE_MAX_OUTPUT_TOKENS if cap is None else (cap or None),
+        enforces_constraints=True,
     )
 
 

@@ -141,6 +141,11 @@ class SGLangTokenSource:
             "top_k": sampling.top_k if sampling.top_k > 0 else -1,
             "stop_token_ids": list(request.stop_token_ids),
         }
+        if request.decoding is not None:
+            # llguidance Lark (SGLang reads it as `ebnf` under `--grammar-backend llguidance`);
+            # the grammar describes the reasoning too, so it applies from the first token.
+            params["ebnf"] = request.decoding.grammar
+            params["custom_params"] = {"__sglang_reasoning_in_grammar": True}
         if sampling.seed is not None:
             # Only when set: SGLang versions without per-request seeds reject the key.
             params["sampling_seed"] = sampling.seed

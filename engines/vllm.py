@@ -87,6 +87,9 @@ class VLLMApi:
     sampling_params: Callable[..., Any]
     output_kinds: Mapping[OutputKind, Any]
     token_prompt: Callable[[list[int]], Any] = raw_token_prompt
+    #: `vllm.sampling_params.StructuredOutputsParams`: a request's grammar goes as
+    #: `structured_outputs=StructuredOutputsParams(grammar=...)` (llguidance Lark).
+    structured_outputs: Callable[..., Any] | None = None
 
 
 def load_vllm_api() -> VLLMApi:
@@ -96,6 +99,13 @@ def load_vllm_api() -> VLLMApi:
         from vllm.sampling_params import RequestOutputKind
     except ImportError as exc:
         raise EngineNotInstalledError(engine="vllm", extra="vllm", cause=exc) from exc
+    structured: Callable[..., Any] | None
+    try:
+        from vllm.sampling_params import StructuredOutputsParams
+    except ImportError:  # before vLLM 0.11 (guided decoding's old names): nothing to pass
+        structured = None
+    else:
+        structured = StructuredOutputsParams
     try:
         from vllm.inputs import tokens_input
     except ImportError:  # a vLLM from before `tokens_input`: the raw TokensPrompt dict
@@ -109,6 +119,7 @@ def load_vllm_api() -> VLLMApi:
             "cumulative": RequestOutputKind.CUMULATIVE,
         },
         token_prompt=token_prompt,
+        structured_outputs=structured,
     )
 
 
@@ -165,7 +176,22 @@ class VLLMTokenSource:
     def sampling_params(self, request: GenerationRequest) -> Any:
         """The `vllm.SamplingParams` for `request`."""
         sampling = request.sampling
+        constraint: dict[str, Any] = {}
+        if request.decoding is not None:
+            if self._api.structured_outputs is None:
+                raise ValueError(
+                    "this vLLM has no StructuredOutputsParams: structured outputs and "
+                    "tool_choice need vLLM 0.11 or newer"
+                )
+            # The grammar covers the whole completion, reasoning included, so it applies from
+            # the first token, as vLLM's gpt-oss reasoning parser has it; llguidance's Lark
+            # needs the guidance backend (`--structured-outputs-config '{"backend":
+            # "guidance"}'`; under "auto" vLLM falls back to it when xgrammar refuses).
+            constraint["structured_outputs"] = self._api.structured_outputs(
+                grammar=request.decoding.grammar
+            )
         return self._api.sampling_params(
+            **constraint,
             n=1,
             temperature=sampling.temperature,
             top_p=sampling.top_p,

@@ -27,6 +27,7 @@ from typing import Any
 
 from . import _shapes as s
 from . import _wire as w
+from ._content import content_rules
 from ._items import Items
 from ._tools import ToolProgress
 from ._violation import Violation
@@ -362,6 +363,7 @@ class Checker:
         self._status(etype, response)
         if etype == "response.completed":
             self._usage(response)
+            content_rules(response, self._report)
         if etype in w.TERMINAL:
             self._terminal(response)
 

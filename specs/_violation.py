@@ -42,6 +42,8 @@ RULES: dict[str, str] = {
     "R25": "an SSE stream carries JSON events only (no `[DONE]` sentinel)",
     "R29": "keys the API always sends are present, as null when empty",
     "R30": "every logprob entry has token, logprob and a top_logprobs array",
+    "R31": "a strict text.format answer (and strict function arguments) follow their schema",
+    "R32": "tool_choice holds: required calls, named calls only that, none calls nothing",
 }
 
 

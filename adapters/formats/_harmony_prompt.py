@@ -30,6 +30,7 @@ from typing import Any
 import openai_harmony as h
 
 from streamfold.engines.vocab import harmony_encoding
+from streamfold.statemachine import FormatJsonObject, FormatJsonSchema
 
 from ..protocol import (
     CreateRequest,
@@ -81,6 +82,18 @@ def _developer_parts(request: CreateRequest) -> tuple[list[str], list[Any]]:
             for item in request.input
             if isinstance(item, MessageInput) and item.role in ("system", "developer")
         ]
+    fmt = request.text.format if request.text is not None else None
+    if isinstance(fmt, FormatJsonSchema):
+        # harmony's place for a structured output: `# Response Formats` in the developer
+        # message (openai/harmony docs/format.md), so the model is in distribution; the
+        # grammar (`structured.harmony_grammar`) is what holds it.
+        about = f"// {fmt.description}\n" if fmt.description else ""
+        parts.append(
+            f"# Response Formats\n\n## {fmt.name}\n\n{about}"
+            + json.dumps(fmt.schema, separators=(",", ":"))
+        )
+    elif isinstance(fmt, FormatJsonObject):
+        parts.append("# Response Formats\n\nAnswer with one JSON object.")
     # tool_choice "none": the model must not call tools, so it is not shown any.
     tools = [] if request.tool_choice == "none" else list(request.function_tools)
     return parts, tools

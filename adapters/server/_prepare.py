@@ -9,6 +9,7 @@ that nothing is generated for a request that cannot be answered.
 from __future__ import annotations
 
 import json
+import logging
 import secrets
 from collections.abc import Callable
 from typing import Any
@@ -37,6 +38,10 @@ from ._render import AgentPrompts, Renderer
 from ._store import EventStore
 
 __all__ = ["Prepared", "new_response_id", "prepare"]
+
+logger = logging.getLogger("streamfold.server")
+#: Engines already said to leave constraints unenforced (said once each, not per request).
+_unenforced: set[int] = set()
 
 
 @attrs.frozen(kw_only=True)
@@ -148,6 +153,14 @@ async def prepare(
         stop_token_ids=engine.format.stop_token_ids(),
         decoding=engine.format.constraint_for(request),
     )
+    if generation.decoding is not None and not engine.enforces_constraints:
+        if id(engine) not in _unenforced:
+            _unenforced.add(id(engine))
+            logger.warning(
+                "this engine does not enforce structured outputs or tool_choice (%s asked); "
+                "it serves what it would anyway (replay: what was recorded)",
+                generation.decoding.summary,
+            )
     return Prepared(
         request=request,
         response=response,

@@ -20,8 +20,9 @@ most `Shape.reasoning_tokens` tokens and there are at most `Shape.reasoning_mess
 JSON is written compactly (no free whitespace between its tokens), so its length is what the
 schema allows.
 
-The result is llguidance's top-level grammar as JSON text: the main grammar first, then one
-nested grammar per call whose input is a Lark grammar of its own (referenced as `@name`).
+The result is llguidance's Lark; when a call's input is a Lark grammar of its own (a custom
+tool), llguidance's top-level grammar as JSON text instead: the main grammar first, then one
+nested grammar per such call (referenced as `@name`).
 """
 
 from __future__ import annotations
@@ -126,5 +127,8 @@ def harmony_grammar(shape: Shape) -> str:
         "ending: " + " | ".join(endings),
         *build.rules,
     ]
-    grammars = [{"lark_grammar": "\n".join(main)}, *build.nested]
+    lark = "\n".join(main)
+    if not build.nested:
+        return lark  # plain Lark: what vLLM's and SGLang's llguidance backends read too
+    grammars = [{"lark_grammar": lark}, *build.nested]
     return json.dumps({"grammars": grammars}, ensure_ascii=False)

@@ -190,7 +190,12 @@ def tokens_input(
 
 
 _OUTPUT_KINDS = {"delta": RequestOutputKind.DELTA, "cumulative": RequestOutputKind.CUMULATIVE}
-API = VLLMApi(sampling_params=SamplingParams, output_kinds=_OUTPUT_KINDS, token_prompt=tokens_input)
+API = VLLMApi(
+    sampling_params=SamplingParams,
+    output_kinds=_OUTPUT_KINDS,
+    token_prompt=tokens_input,
+    structured_outputs=StructuredOutputsParams,
+)
 #: A vLLM from before `vllm.inputs.tokens_input`: the adapter passes the raw TokensPrompt dict.
 API_BEFORE_TOKENS_INPUT = VLLMApi(sampling_params=SamplingParams, output_kinds=_OUTPUT_KINDS)
 

@@ -378,3 +378,17 @@ def test_build_without_sglang_names_the_install() -> None:
         pytest.skip("SGLang is installed here")
     with pytest.raises(EngineNotInstalledError, match=r"pip install 'streamfold\[sglang\]'"):
         build_sglang_engine("openai/gpt-oss-20b")
+
+
+async def test_a_requests_grammar_goes_to_sglang_as_ebnf_from_the_first_token() -> None:
+    """Structured outputs (issue 30): the grammar goes as `ebnf` (llguidance Lark under
+    `--grammar-backend llguidance`), marked as describing the reasoning too."""
+    from streamfold.engines import DecodingConstraint
+
+    engine = engine_for({"r": Script(steps=[[5]])})
+    await collect(
+        SGLangTokenSource(engine), request("r", decoding=DecodingConstraint(grammar='start: "x"'))
+    )
+    params = engine.calls[sglang_rid("r")]["sampling_params"]
+    assert params["ebnf"] == 'start: "x"'
+    assert params["custom_params"] == {"__sglang_reasoning_in_grammar": True}

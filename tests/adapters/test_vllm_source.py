@@ -331,3 +331,19 @@ def test_build_without_vllm_names_the_install() -> None:
         build_vllm_engine("openai/gpt-oss-20b")
     with pytest.raises(EngineNotInstalledError):
         VLLMTokenSource(FakeAsyncLLM({}))
+
+
+async def test_a_requests_grammar_goes_to_vllm_as_structured_outputs() -> None:
+    """Structured outputs (issue 30): the request's grammar reaches vLLM's structured outputs
+    as an llguidance grammar (the guidance backend reads Lark), from the first token."""
+    from streamfold.engines import DecodingConstraint
+
+    engine = FakeAsyncLLM({"r": Script(steps=[[5]]), "q": Script(steps=[[5]])})
+    grammar = 'start: "x"'
+    await collect(
+        VLLMTokenSource(engine, api=API), request("r", decoding=DecodingConstraint(grammar=grammar))
+    )
+    constraint = engine.params["r"].structured_outputs
+    assert isinstance(constraint, StructuredOutputsParams) and constraint.grammar == grammar
+    await collect(VLLMTokenSource(engine, api=API), request("q"))
+    assert engine.params["q"].structured_outputs is None

@@ -1,0 +1,91 @@
+"""R31 and R32: what a completed response says, against the controls its request echoed.
+
+Each test plants the peer bug the rule names on a conformant stream's terminal response (the
+request's `text`, `tool_choice` or `tools` as the response echoes them) and expects the rule,
+or holds the rule silent where the content keeps the promise."""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+import pytest
+
+from streamfold.specs import check
+from streamfold.specs._content import content_rules
+from tests.specs.wire_streams import good_stream
+
+SCHEMA = {
+    "type": "object",
+    "properties": {"city": {"type": "string", "enum": ["Paris", "Rome"]}},
+    "required": ["city"],
+    "additionalProperties": False,
+}
+
+
+def _rules(response: dict[str, Any]) -> list[str]:
+    seen: list[str] = []
+    content_rules(response, lambda rule, message: seen.append(f"{rule}: {message}"))
+    return seen
+
+
+def _answer(text: str, *, fmt: dict[str, Any] | None = None, **extra: Any) -> dict[str, Any]:
+    message = {
+        "type": "message",
+        "role": "assistant",
+        "content": [{"type": "output_text", "text": text, "annotations": []}],
+    }
+    response: dict[str, Any] = {"output": [message], "tool_choice": "auto", "tools": [], **extra}
+    if fmt is not None:
+        response["text"] = {"format": fmt}
+    return response
+
+
+STRICT = {"type": "json_schema", "name": "city", "strict": True, "schema": SCHEMA}
+
+
+def test_a_strict_json_answer_that_follows_its_schema_passes() -> None:
+    assert _rules(_answer('{"city":"Paris"}', fmt=STRICT)) == []
+
+
+@pytest.mark.parametrize(
+    "text", ["Sure! Here is the JSON: {}", '{"city":"Berlin"}', '{"city":"Paris","x":1}']
+)
+def test_a_strict_json_answer_that_escapes_is_r31_vllm23120(text: str) -> None:
+    assert [r[:3] for r in _rules(_answer(text, fmt=STRICT))] == ["R31"]
+
+
+def test_json_object_must_be_an_object_and_non_strict_schemas_are_not_judged() -> None:
+    assert _rules(_answer("[1]", fmt={"type": "json_object"}))[0].startswith("R31")
+    loose = {**STRICT, "strict": False}
+    assert _rules(_answer("not json", fmt=loose)) == []
+
+
+def test_strict_function_arguments_follow_their_parameters() -> None:
+    tool = {"type": "function", "name": "w", "strict": True, "parameters": SCHEMA}
+    call = {"type": "function_call", "name": "w", "arguments": '{"city":"Oslo"}', "call_id": "c"}
+    response = {"output": [call], "tools": [tool], "tool_choice": "auto"}
+    assert [r[:3] for r in _rules(response)] == ["R31"]
+    call["arguments"] = '{"city":"Rome"}'
+    assert _rules(response) == []
+
+
+def test_required_with_a_plain_message_is_r32_vllm44216() -> None:
+    assert [r[:3] for r in _rules(_answer("hi", tool_choice="required"))] == ["R32"]
+
+
+def test_none_with_a_call_and_a_named_tool_calling_another_are_r32() -> None:
+    call = {"type": "function_call", "name": "other", "arguments": "{}", "call_id": "c"}
+    assert _rules({"output": [call], "tool_choice": "none"})[0].startswith("R32")
+    named = {"type": "function", "name": "w"}
+    assert _rules({"output": [call], "tool_choice": named})[0].startswith("R32")
+    allowed = {"type": "allowed_tools", "mode": "auto", "tools": [named]}
+    assert _rules({"output": [call], "tool_choice": allowed})[0].startswith("R32")
+
+
+def test_the_checker_applies_them_to_a_streams_completed_response() -> None:
+    events = good_stream()  # reasoning, a plain message, then a get_weather call
+    assert check(events) == []
+    planted = copy.deepcopy(events)
+    planted[-1]["response"]["tool_choice"] = "none"
+    assert [v.rule for v in check(planted)] == ["R32"]
