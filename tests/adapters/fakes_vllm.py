@@ -3,7 +3,7 @@
 Facts modelled, read from the vLLM 0.33.0 wheel (`../shared/reference/real-engine-apis.md`) and,
 where older, from the file and commit of vllm-project/vllm named:
 
-* `SamplingParams` (vllm/sampling_params.py:271-440 in 0.33.0) accepts exactly the keywords of
+* `SamplingParams` (vllm/sampling_params.py:271-449 in 0.33.0) accepts exactly the keywords of
   `_SAMPLING_DEFAULTS`; `StructuredOutputsParams` (:101-141) takes exactly one constraint of
   `json | regex | choice | grammar | json_object | structural_tag`, else `VLLMValidationError`.
   `AsyncLLM.generate` takes the keyword-only arguments of `GENERATE_KEYWORDS` (v1/engine/
@@ -66,7 +66,7 @@ class RequestOutputKind(enum.Enum):
     FINAL_ONLY = 2
 
 
-# Every public field of vLLM 0.33.0's `SamplingParams` (vllm/sampling_params.py:285-440).
+# Every public field of vLLM 0.33.0's `SamplingParams` (vllm/sampling_params.py:285-449).
 _SAMPLING_DEFAULTS: dict[str, Any] = {
     "n": 1,
     "presence_penalty": 0.0,
@@ -106,6 +106,7 @@ _SAMPLING_DEFAULTS: dict[str, Any] = {
     "thinking_token_budget": None,
     "repetition_detection": None,
     "routed_experts_prompt_start": 0,
+    "trace_decode_token_ids": None,
 }
 
 # The keyword-only arguments of `AsyncLLM.generate` (v1/engine/async_llm.py:726-745).

@@ -9,7 +9,9 @@ temporary directory and run without a tokenizer (`skip_tokenizer_init=True`). Se
 from __future__ import annotations
 
 import importlib.util
+import logging
 import os
+import signal
 from collections.abc import AsyncIterator, Iterator
 from contextlib import aclosing
 from pathlib import Path
@@ -24,6 +26,8 @@ HAVE_VLLM = importlib.util.find_spec("vllm") is not None
 HAVE_SGLANG = importlib.util.find_spec("sglang") is not None
 if not (HAVE_VLLM or HAVE_SGLANG):
     pytest.skip("neither vllm nor sglang is installed", allow_module_level=True)
+
+import anyio  # noqa: E402
 
 from streamfold.adapters import SGLangTokenSource, VLLMTokenSource  # noqa: E402
 from streamfold.engines import GenerationRequest, SamplingParams, TokenChunk  # noqa: E402
@@ -90,6 +94,14 @@ def check_stream(chunks: list[TokenChunk]) -> list[int]:
     return ids
 
 
+def assert_reaches_the_context(chunks: list[TokenChunk]) -> None:
+    """A 3-token prompt with max_output_tokens=10_000 on a 256-token context: "length" at the
+    context, or "stop" before it if the random model emits its EOS."""
+    count = sum(len(c.token_ids) for c in chunks)
+    assert chunks[-1].finish_reason in ("stop", "length"), chunks[-1]
+    assert count == 256 - 3 if chunks[-1].finish_reason == "length" else count < 256 - 3
+
+
 @pytest.mark.skipif(not HAVE_VLLM, reason="vllm is not installed")
 async def test_vllm_streams_delta_and_cumulative_alike_and_aborts(model: tuple[str, bool]) -> None:
     from vllm import AsyncEngineArgs
@@ -114,8 +126,15 @@ async def test_vllm_streams_delta_and_cumulative_alike_and_aborts(model: tuple[s
         async with aclosing(VLLMTokenSource(engine).generate(greedy("x"))) as early:
             await early.__anext__()
         assert engine.output_processor.get_num_unfinished_requests() == 0
+
+        # Past the context: clamped, so it streams to the context and ends "length".
+        past = GenerationRequest(
+            request_id="past", prompt_token_ids=(1, 17, 42), max_output_tokens=10_000
+        )
+        chunks = await collect(VLLMTokenSource(engine).generate(past))
+        assert_reaches_the_context(chunks)
     finally:
-        engine.shutdown()
+        VLLMTokenSource(engine).close()
 
 
 @pytest.mark.skipif(not HAVE_SGLANG, reason="sglang is not installed")
@@ -137,6 +156,46 @@ async def test_sglang_streams_and_aborts(model: tuple[str, bool]) -> None:
 
         async with aclosing(source.generate(greedy("x"))) as early:
             await early.__anext__()
-        assert engine.tokenizer_manager.rid_to_state == {}
+        # SGLang keeps an aborted request's state until its scheduler answers the abort.
+        with anyio.fail_after(30):
+            while engine.tokenizer_manager.rid_to_state:
+                await anyio.sleep(0.05)
     finally:
-        engine.shutdown()
+        source.close()
+
+
+@pytest.mark.skipif(not HAVE_SGLANG, reason="sglang is not installed")
+async def test_sglang_clamps_seeds_warns_and_leaves_sigterm(
+    model: tuple[str, bool], caplog: pytest.LogCaptureFixture
+) -> None:
+    import sglang
+
+    name, no_tokenizer = model
+    engine = sglang.Engine(
+        model_path=name,
+        skip_tokenizer_init=no_tokenizer,
+        mem_fraction_static=0.3,
+        context_length=256,
+    )
+    source = SGLangTokenSource(engine)
+
+    def servers_handler(signum: int, frame: object) -> None:
+        raise AssertionError("not called")
+
+    before = signal.signal(signal.SIGTERM, servers_handler)
+    try:
+        past = GenerationRequest(
+            request_id="past",
+            prompt_token_ids=(1, 17, 42),
+            max_output_tokens=10_000,
+            sampling=SamplingParams(seed=3),
+        )
+        with caplog.at_level(logging.WARNING, logger="streamfold.adapters"):
+            chunks = await collect(source.generate(past))
+        # SGLang refused such a request with a ValueError; clamped, it streams.
+        assert_reaches_the_context(chunks)
+        assert any("enable_deterministic_inference" in r.getMessage() for r in caplog.records)
+        assert signal.getsignal(signal.SIGTERM) is servers_handler
+    finally:
+        signal.signal(signal.SIGTERM, before)
+        source.close()
