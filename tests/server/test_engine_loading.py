@@ -80,7 +80,7 @@ def _wait_ready(base: str) -> httpx.Response:
     deadline = time.monotonic() + 60
     while True:
         answer = httpx.get(f"{base}/health", timeout=5)
-        if answer.status_code == 200 or time.monotonic() > deadline:
+        if answer.json()["status"] not in ("loading", "warming") or time.monotonic() > deadline:
             return answer
         time.sleep(0.05)
 
@@ -146,3 +146,25 @@ def test_sigterm_stays_the_servers_after_sglang_served_a_request(tmp_path: Path)
     # uvicorn's graceful shutdown ran to its end, then the engine was shut down.
     assert "Application shutdown complete" in log, log
     assert log.count("stand-in engine: shutdown") == 1, log
+
+
+def test_an_engine_that_fails_to_load_keeps_health_at_503_and_fails_requests() -> None:
+    from streamfold.adapters.registry import Engine, LoadingSource
+    from streamfold.adapters.server import MemoryEventStore, create_app
+
+    from .serving import serve
+
+    def build() -> Any:
+        raise RuntimeError("CUDA out of memory")
+
+    source = LoadingSource(build, name="vllm")
+    engine = Engine(source=source, load=source.load)
+    with serve(create_app(engine, store=MemoryEventStore())) as base:
+        health = _wait_ready(base)  # once it no longer says "loading"
+        answer = httpx.post(f"{base}/v1/responses", json=BODY, timeout=60)
+    assert (health.status_code, health.json()) == (
+        503,
+        {"status": "failed", "error": "RuntimeError: CUDA out of memory"},
+    )
+    assert answer.json()["status"] == "failed"
+    assert "the vllm engine failed to start" in answer.json()["error"]["message"]
