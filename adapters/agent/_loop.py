@@ -12,9 +12,11 @@ generations as `LoopStep` values (`ListToolsStep`, `ApprovedCallStep`, `ToolResu
 decision; the reducer's pure calls do. The phases:
 
 1. *Start*: `response.created` and `response.in_progress` go out at once, before any I/O.
-2. *Listing*: each MCP server's tools, all servers at once (each bounded by the MCP
-   connect timeout and the call limit). A server that fails is listed with its error and not
-   offered to the model; the response goes on. One `ListToolsStep` per MCP server.
+2. *Listing*: each MCP server's tools, one server after another, each `mcp_list_tools` item
+   sent in progress before its server is asked (bounded by the MCP connect timeout and the
+   call limit). A server that fails is listed with its error and not offered to the model;
+   the response goes on. One `ListToolsStep` per MCP server. A response that ends while a
+   server lists ends that item failed first.
 3. *Approvals*: each approved `mcp_approval_response` of the request runs its call
    (`ApprovedCallStep` -> tool -> `ToolResultStep`); a declined one tells the model so.
 4. *Generations*: the prompt is rendered by `prompts` (the server's renderer: worker
@@ -59,9 +61,9 @@ from streamfold.statemachine import (
     ServerTools,
     StreamfoldError,
     ToolResultStep,
+    list_tools,
     pending_call,
 )
-from streamfold.statemachine._servertools import NO_SERVER_TOOLS
 
 from ..driver import Generation
 from ..formats import (
@@ -149,7 +151,10 @@ class AgentGeneration:
         # When recording (`streamfold record`): every chunk as the reducer took it and every
         # loop step, in order; `server_tools` as given to `start`; `finished` the last finish.
         self.record = record
-        self.server_tools = NO_SERVER_TOOLS
+        self.server_tools = self._server_tools({})
+        # The listing in progress (its label and the events sent), and the steps of those done.
+        self._listing: tuple[str, list[Event]] | None = None
+        self._steps: list[ListToolsStep] = []
         self.finished_with: tuple[FinishReason, str | None] | None = None
 
     @property
@@ -162,36 +167,36 @@ class AgentGeneration:
 
     def close(self, reason: FinishReason, message: str | None = None) -> list[Event]:
         """Finish the response now (if it is not finished) and return its closing events."""
-        if not self.driver.finished:
-            self.finished_with = (reason, message)
-        return self.driver.close(reason, message)
+        if self.driver.finished:
+            return self.driver.close(reason, message)
+        events: list[Event] = []
+        if self._listing is not None:  # its item is in progress: it ends failed, saying why
+            label = self._listing[0]
+            events = self._listed(label, f"the response ended before {label!r} listed its tools")
+        self.finished_with = (reason, message)
+        return events + self.driver.close(reason, message)
 
     # --- phases -------------------------------------------------------------------------
 
-    async def _list(self) -> dict[str, tuple[ToolInfo, ...] | str]:
-        listed: dict[str, tuple[ToolInfo, ...] | str] = {}
-
-        async def one(tool: ListedTool) -> None:
-            try:
-                with anyio.fail_after(self.run.limits.call_seconds):
-                    listed[tool.namespace] = await tool.list_tools()
-            except TimeoutError:
-                listed[tool.namespace] = (
-                    f"listing the tools of MCP server {tool.namespace!r} took longer than "
-                    f"{self.run.limits.call_seconds:g} s"
-                )
-            except Exception as exc:  # ToolListError, or a connector's own failure
-                listed[tool.namespace] = describe_error(exc)
-
-        async with anyio.create_task_group() as group:
-            for tool in self.run.mcp:
-                group.start_soon(one, tool)
-        return listed
+    async def _list_one(self, tool: ListedTool) -> tuple[ToolInfo, ...] | str:
+        """The server's tools, or why they could not be listed."""
+        try:
+            with anyio.fail_after(self.run.limits.call_seconds):
+                return await tool.list_tools()
+        except TimeoutError:
+            return (
+                f"listing the tools of MCP server {tool.namespace!r} took longer than "
+                f"{self.run.limits.call_seconds:g} s"
+            )
+        except Exception as exc:  # ToolListError, or a connector's own failure
+            return describe_error(exc)
 
     def _server_tools(self, listed: dict[str, tuple[ToolInfo, ...] | str]) -> ServerTools:
+        """The server tools as `start` takes them; an MCP server not listed (yet) is named
+        with no approval policy (one is only read while generating)."""
         mcp = []
         for tool in self.run.mcp:
-            tools = listed[tool.namespace]
+            tools = listed.get(tool.namespace, ())
             names = () if isinstance(tools, str) else tuple(t.name for t in tools)
             needing = frozenset(name for name in names if tool.needs_approval(name))
             # "always" also covers a name the model invents (it is refused once approved).
@@ -207,22 +212,43 @@ class AgentGeneration:
             mcp=tuple(mcp),
         )
 
-    def _listed(self, listed: dict[str, tuple[ToolInfo, ...] | str]) -> list[Event]:
-        """`start` with the server tools the listing found, then one `ListToolsStep` per MCP
-        server. `start`'s two events went out before the listing: they say nothing of server
-        tools (only the state holds them), so the same events are not sent again."""
-        sent = self.driver.state
-        self.server_tools = self._server_tools(listed)
-        again = self.driver.open(self.server_tools)
-        assert sent is not None and sent.finished is False and len(again) == 2
-        events: list[Event] = []
+    async def _listings(self) -> AsyncIterator[list[Event]]:
+        """Each MCP server listed in turn, its `mcp_list_tools` item in progress (sent) while
+        it lists: `output_item.added` and `.in_progress` go out first, the rest of its
+        `ListToolsStep`'s events once the server has answered.
+
+        Those first two events are `list_tools`'s own, made ahead from the same state: they
+        depend on neither the tools nor the error (checked when the step is applied). The
+        approval policies do depend on the listing, and `start` takes them: the state is
+        begun again with them once every server is listed, and the steps applied again (no
+        event goes out twice: `start`'s and `list_tools`'s do not depend on the policies)."""
+        listed: dict[str, tuple[ToolInfo, ...] | str] = {}
         for tool in self.run.mcp:
-            tools = listed[tool.namespace]
-            error = tools if isinstance(tools, str) else None
-            infos = () if isinstance(tools, str) else tuple(_info(t) for t in tools)
-            step = ListToolsStep(server_label=tool.namespace, tools=infos, error=error)
-            events += self._apply(step)
-        return events
+            state = self.driver.state
+            assert state is not None
+            _, ahead = list_tools(state, tool.namespace)
+            self._listing = (tool.namespace, ahead[:2])
+            yield ahead[:2]
+            listed[tool.namespace] = await self._list_one(tool)
+            yield self._listed(tool.namespace, listed[tool.namespace])
+        self.server_tools = self._server_tools(listed)
+        self.driver.open(self.server_tools)
+        for step in self._steps:
+            self.driver.apply(step)
+
+    def _listed(self, label: str, tools: tuple[ToolInfo, ...] | str) -> list[Event]:
+        """The `ListToolsStep` of the server being listed: its events but the two sent."""
+        error = tools if isinstance(tools, str) else None
+        infos = () if isinstance(tools, str) else tuple(_info(t) for t in tools)
+        step = ListToolsStep(server_label=label, tools=infos, error=error)
+        assert self._listing is not None and self._listing[0] == label
+        sent = self._listing[1]
+        self._listing = None
+        self._steps.append(step)
+        events = self._apply(step)
+        if events[:2] != sent:
+            raise RuntimeError(f"list_tools({label!r}) began with other events than it sent")
+        return events[2:]
 
     def _apply(self, step: LoopStep) -> list[Event]:
         """One step of the loop on the reducer, kept in `record` when recording (a trace
@@ -316,13 +342,13 @@ class AgentGeneration:
 
     async def batches(self) -> AsyncGenerator[list[Event], None]:
         """The response's events, in batches (see the module docstring)."""
-        yield self.driver.open()  # before any I/O: the client has the id at once
-        listed = await self._list()
-        yield self._listed(listed)
-        namespaces = [
-            tool.describe()
-            for tool in (*self.run.builtins, *self.run.mcp)
-            if not isinstance(listed.get(tool.namespace), str)
+        # Before any I/O: the client has the id at once.
+        yield self.driver.open(self._server_tools({}))
+        async for events in self._listings():
+            yield events
+        listed = {step.server_label for step in self._steps if step.error is None}
+        namespaces = [tool.describe() for tool in self.run.builtins] + [
+            tool.describe() for tool in self.run.mcp if tool.namespace in listed
         ]
         after: list[Any] = []
         async for events, messages in self._approvals():

@@ -19,6 +19,7 @@ class McpServerRun:
     headers_seen: list[dict[str, str]]
     calls: list[str]
     started: list[str]  # calls that began (the slow tool records itself before sleeping)
+    listings: list[str] = attrs.Factory(list)  # "begun" and "done" of each slow tools/list
 
     @property
     def streamable_url(self) -> str:
@@ -38,7 +39,9 @@ def build_server(run: McpServerRun, list_delay: float = 0.0) -> Any:
         """Answers `tools/list` after `list_delay` seconds (a slow or far-away server)."""
 
         async def list_tools(self) -> Any:
+            run.listings.append("begun")
             await anyio.sleep(list_delay)
+            run.listings.append("done")
             return await super().list_tools()
 
     server = SlowToList("demo") if list_delay else MCPServer("demo")

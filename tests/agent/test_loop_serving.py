@@ -167,24 +167,31 @@ def test_the_stream_starts_before_a_slow_mcp_server_has_listed_its_tools(
     slow_lister: Served,
 ) -> None:
     """Bug: nothing reached the client until every MCP server had listed its tools
-    (`response.created` waited for the listing)."""
+    (`response.created`, `mcp_list_tools.in_progress` and `.completed` came together)."""
+    slow_lister.client.responses.create(model="m", input="go")  # a warm server: no first-use cost
     began = time.monotonic()
     stream = slow_lister.client.responses.create(
         model="m", input="go", tools=[slow_lister.mcp_tool()], stream=True
     )
+    seen: list[Any] = []
+    listing_when_in_progress: list[str] | None = None
     with stream:
-        events = iter(stream)
-        first = next(events)
-        first_after = time.monotonic() - began
-        rest = list(events)
-    took = time.monotonic() - began
-    assert first.type == "response.created"
+        for event in stream:
+            if not seen:
+                first_after = time.monotonic() - began
+            if event.type == "response.mcp_list_tools.in_progress":
+                listing_when_in_progress = list(slow_lister.mcp.listings)
+            seen.append(event)
+    assert seen[0].type == "response.created"
     assert first_after < 1.0, f"the first event came {first_after:.1f} s after the request"
-    assert took >= LIST_DELAY  # the listing did take its time, after the first event
-    all_events = [first, *rest]
-    assert_conformant(all_events)
-    assert all_events[-1].type == "response.completed"
-    assert all_events[-1].response.output[0].type == "mcp_list_tools"
+    # The listing item was in progress before the server had listed (it had not begun, or
+    # had begun and not ended), and the server did list, after it.
+    assert listing_when_in_progress is not None
+    assert "done" not in listing_when_in_progress
+    assert slow_lister.mcp.listings[-2:] == ["begun", "done"]
+    assert_conformant(seen)
+    assert seen[-1].type == "response.completed"
+    assert seen[-1].response.output[0].type == "mcp_list_tools"
 
 
 def test_a_background_create_answers_before_a_slow_mcp_server_has_listed(
@@ -192,6 +199,7 @@ def test_a_background_create_answers_before_a_slow_mcp_server_has_listed(
 ) -> None:
     """Bug: a `background: true` create blocked until the listing ended, so the client had no
     id (and could not cancel) for that long."""
+    slow_lister.client.responses.create(model="m", input="go")  # a warm server: no first-use cost
     began = time.monotonic()
     created = slow_lister.client.responses.create(
         model="m", input="go", tools=[slow_lister.mcp_tool()], background=True
@@ -206,3 +214,38 @@ def test_a_background_create_answers_before_a_slow_mcp_server_has_listed(
         response = slow_lister.client.responses.retrieve(created.id)
     assert response.status == "completed"
     assert response.completed_at is not None
+
+
+def test_a_client_that_leaves_while_a_server_lists_ends_the_listing_in_the_log(
+    slow_lister: Served,
+) -> None:
+    """The listing item went out in progress: when the client leaves before the MCP server
+    answers, the stored response ends it (failed, saying why) before its own end, and the
+    log stays one conformant stream."""
+    stream = slow_lister.client.responses.create(
+        model="m", input="go", tools=[slow_lister.mcp_tool()], stream=True
+    )
+    with stream:
+        for event in stream:
+            if event.type == "response.created":
+                response_id = event.response.id
+            if event.type == "response.mcp_list_tools.in_progress":
+                break
+    deadline = time.monotonic() + 30
+    response = slow_lister.client.responses.retrieve(response_id)
+    while response.status == "in_progress" and time.monotonic() < deadline:
+        time.sleep(0.1)
+        response = slow_lister.client.responses.retrieve(response_id)
+    assert response.status == "cancelled"
+    (listing,) = response.output
+    assert listing.type == "mcp_list_tools" and listing.tools == []
+    assert listing.error == "the response ended before 'demo' listed its tools"
+    logged = list(slow_lister.client.responses.retrieve(response_id, stream=True))
+    assert_conformant(logged)
+    types = [event.type for event in logged]
+    assert types[2:6] == [
+        "response.output_item.added",
+        "response.mcp_list_tools.in_progress",
+        "response.mcp_list_tools.failed",
+        "response.output_item.done",
+    ]
