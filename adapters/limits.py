@@ -14,7 +14,7 @@ __all__ = ["ServerLimits"]
 
 @attrs.frozen(kw_only=True)
 class ServerLimits:
-    """The limits `create_app(limits=...)` and `streamfold serve` flags enforce (see README).
+    """The limits `create_app(limits=...)` and `streamfold serve` flags enforce (docs/security.md).
 
     Defaults suit gpt-oss (a 131 072-token context) on one machine.
     """

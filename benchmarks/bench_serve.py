@@ -306,11 +306,21 @@ async def served_rounds(
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    # The whole docstring: its first line alone stopped mid-sentence (issue 33).
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--model", type=Path, help="a gpt-oss checkpoint (default: init-model)")
-    parser.add_argument("--concurrency", type=int, nargs="+", default=[1, 16, 64])
-    parser.add_argument("--tokens", type=int, default=32, help="max_output_tokens per request")
-    parser.add_argument("--steady", type=int, default=3, help="rounds after the first batch")
+    parser.add_argument(
+        "--concurrency", type=int, nargs="+", default=[1, 16, 64], metavar="C",
+        help="concurrent requests per batch, one run each (default 1 16 64)",
+    )  # fmt: skip
+    parser.add_argument(
+        "--tokens", type=int, default=32, help="max_output_tokens per request (default 32)"
+    )
+    parser.add_argument(
+        "--steady", type=int, default=3, help="rounds after the first batch (default 3)"
+    )
     parser.add_argument(
         "--threads", type=int, default=default_engine_threads(),
         help="the served engine's torch threads (serve --threads; default: its own default)",
@@ -328,14 +338,28 @@ def main() -> None:
         help="also run R x C requests with C kept in flight (each client sends its next request"
         " when its last ends), then the core on them at most C at a time",
     )  # fmt: skip
-    parser.add_argument("--sustained-rounds", type=int, default=2)
-    parser.add_argument("--store", choices=("sqlite", "memory"), default="sqlite")
-    parser.add_argument("--skip-transformers", action="store_true")
+    parser.add_argument(
+        "--sustained-rounds", type=int, default=2, metavar="N",
+        help="rounds of the --sustained run (default 2)",
+    )  # fmt: skip
+    parser.add_argument(
+        "--store", choices=("sqlite", "memory"), default="sqlite",
+        help="the served event log (default sqlite, in a temporary directory)",
+    )  # fmt: skip
+    parser.add_argument(
+        "--skip-transformers", action="store_true",
+        help="do not run transformers' padded batch after each concurrency",
+    )  # fmt: skip
     parser.add_argument(
         "--own-session", action="store_true",
         help="start the server in its own session (its own CPU share under Linux autogroups)",
     )  # fmt: skip
-    parser.add_argument("--server-arg", action="append", default=[], help="passed to serve")
+    parser.add_argument(
+        "--server-arg",
+        action="append",
+        default=[],
+        help="one more argument for streamfold serve (repeatable)",
+    )
     parser.add_argument(
         "--step-log", action="store_true",
         help="log every step of the served engine and the core, and split each round's"

@@ -31,7 +31,9 @@ from streamfold.engines.vocab import harmony_encoding, load_harmony_vocabulary
 from streamfold.statemachine import HarmonyGrammar
 
 # 1. An MCP server, built with the official SDK.
-tools = MCPServer("demo")
+# WARNING: the SDK otherwise sets up INFO logging on the root logger (issue 33: 34 lines of
+# "HTTP Request: POST ..." on stderr, drowning the example's own output).
+tools = MCPServer("demo", log_level="WARNING")
 
 
 @tools.tool()

@@ -71,7 +71,7 @@ def add_serve_parser(
     )
     p.add_argument("--log-level", default="info", choices=("debug", "info", "warning", "error"))
     tools = p.add_argument_group(
-        "agent tools", "server-side tools a request may use (all off by default; see the README)"
+        "agent tools", "server-side tools a request may use (all off by default; docs/agents.md)"
     )
     tools.add_argument(
         "--mcp-allow",
@@ -124,7 +124,7 @@ def _log_to_stderr(level: str) -> None:
     logger.setLevel(level.upper())
 
 
-# `--flag` -> the ServerLimits field it sets (see the README's table of limits).
+# `--flag` -> the ServerLimits field it sets (docs/security.md: the table of limits).
 _LIMIT_FLAGS = {
     "--max-body-bytes": ("max_body_bytes", int, "largest request body (413 beyond)"),
     "--max-input-chars": ("max_input_chars", int, "characters of text in one request"),
@@ -142,7 +142,7 @@ def _add_limit_arguments(p: argparse.ArgumentParser) -> None:
     from streamfold.adapters.limits import ServerLimits
 
     defaults = ServerLimits()
-    group = p.add_argument_group("limits", "what one request may cost (see the README)")
+    group = p.add_argument_group("limits", "what one request may cost (docs/security.md)")
     for flag, (field, kind, text) in _LIMIT_FLAGS.items():
         group.add_argument(
             flag,

@@ -85,3 +85,17 @@ def test_serve_says_where_it_listens(tmp_path: Path) -> None:
     finally:
         os.killpg(server.pid, signal.SIGTERM)
         server.wait(timeout=30)
+
+
+def test_the_offline_agent_example_prints_no_log_lines(tmp_path: Path) -> None:
+    """examples/agent_offline.py printed 34 lines of the MCP SDK's INFO logging to stderr."""
+    pytest.importorskip("mcp")
+    pytest.importorskip("openai")
+    example = Path(__file__).resolve().parents[1] / "examples" / "agent_offline.py"
+    env = dict(os.environ, HOME=str(tmp_path), XDG_CACHE_HOME=str(tmp_path / "cache"))
+    done = subprocess.run(
+        [sys.executable, str(example)], capture_output=True, text=True, env=env, timeout=300
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert "2 + 3 = 5" in done.stdout
+    assert done.stderr == "", done.stderr[-2000:]

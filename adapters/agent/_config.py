@@ -56,7 +56,7 @@ class AgentConfig:
     browser: BrowserBackend | None = None
     limits: ToolLimits = attrs.Factory(ToolLimits)
     #: Tool rounds per response: after this many generations that ended in a server-side call,
-    #: the response ends `incomplete` (see the README's "The agent loop").
+    #: the response ends `incomplete` (docs/agents.md).
     max_iterations: int = DEFAULT_MAX_ITERATIONS
     #: The deployment's own listed tools, by connector id: a request's
     #: `{"type": "mcp", "server_label": L, "connector_id": ID}` gets `connectors[ID](L)`.

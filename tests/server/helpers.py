@@ -74,7 +74,13 @@ def wire(events: Iterable[Any]) -> list[dict[str, Any]]:
         if isinstance(event, Mapping):
             out.append(dict(event))
         elif hasattr(event, "model_dump"):  # an openai SDK event
-            out.append(_strip_sdk_fields(json.loads(event.model_dump_json(exclude_unset=True))))
+            # serialize_as_any: the SDK's stream accumulator puts its own subclasses
+            # (ParsedResponseOutputMessage) where the event's field names the base union, and
+            # pydantic warned once per union member it is not (8 warnings in
+            # tests/agent/test_loop_server.py, issue 33); serialised by what they are, the JSON
+            # is the same and the warnings are gone.
+            dumped = event.model_dump_json(exclude_unset=True, serialize_as_any=True)
+            out.append(_strip_sdk_fields(json.loads(dumped)))
         else:
             out.append(to_wire(event))
     return out
