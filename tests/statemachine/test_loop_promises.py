@@ -1,0 +1,109 @@
+"""What the reducer's agent loop (`_loop.py`) promises about a pending call and its result,
+each pinned by a bug that was planted in it and survived the suite (issue 37)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from streamfold.statemachine import (
+    CodeInterpreterOutputLogs,
+    ServerTools,
+    ToolResultStep,
+    apply_loop_step,
+    finish,
+    pending_call,
+    start,
+    step,
+    to_wire,
+    tool_result,
+)
+from streamfold.vocab import harmony_encoding
+from tests.harmony_helpers import GRAMMAR, assert_conformant, new_response
+
+TOOLS = ServerTools(browser=True, python=True)
+
+
+def _pending(call: str) -> tuple[Any, list[Any]]:
+    """A response whose model wrote `call` (after `<|channel|>`), now pending."""
+    text = f"<|start|>assistant<|channel|>{call}<|call|>"
+    state, events = start(GRAMMAR, new_response(), server_tools=TOOLS)
+    for token in harmony_encoding().encode(text, allowed_special="all"):
+        state, new = step(state, token)
+        events += new
+    assert pending_call(state) is not None
+    return state, events
+
+
+def _done_item(state: Any, events: list[Any]) -> dict[str, Any]:
+    state, new = finish(state, "stop")
+    events = [*events, *new]
+    assert_conformant(events)
+    (done,) = [to_wire(e)["item"] for e in events if e.type == "response.output_item.done"]
+    return done
+
+
+def test_a_call_to_plain_browser_has_the_recipient_browser() -> None:
+    """Bug (planted, issue 37): a call to `browser` with no method got the recipient
+    `browser.None`, which the server's loop then rendered back into the prompt."""
+    state, _ = _pending('analysis to=browser code<|message|>{"query": "x"}')
+    call = pending_call(state)
+    assert call is not None and call.kind == "web_search_call"
+    assert (call.recipient, call.name) == ("browser", None)
+    state, _ = _pending('analysis to=browser.search code<|message|>{"query": "x"}')
+    call = pending_call(state)
+    assert call is not None and (call.recipient, call.name) == ("browser.search", "search")
+
+
+def test_pending_arguments_keep_their_whitespace() -> None:
+    """Bug (planted, issue 37): the pending call's arguments were stripped; Python code's
+    indentation and its last newline are part of the program the server runs."""
+    code = "\n    x = 1\nif x:\n    print(x)\n\n"
+    state, _ = _pending(f"analysis to=python code<|message|>{code}")
+    call = pending_call(state)
+    assert call is not None and call.recipient == "python" and call.arguments == code
+
+
+OUTPUTS = (CodeInterpreterOutputLogs(logs="1\n2\n"), CodeInterpreterOutputLogs(logs="3\n"))
+
+
+@pytest.mark.parametrize(
+    ("result", "status"),
+    [
+        ({"output": "the text", "outputs": OUTPUTS}, "completed"),
+        # A timed-out python call: what it printed before the limit, and why it stopped.
+        ({"error": "the call timed out after 10 s", "outputs": OUTPUTS}, "failed"),
+    ],
+)
+@pytest.mark.parametrize("replayed", [False, True])
+def test_the_outputs_given_to_tool_result_are_the_items_outputs(
+    result: dict[str, Any], status: str, replayed: bool
+) -> None:
+    """Bug (planted, issue 37): the `outputs` given to `tool_result` (and to a replayed
+    `ToolResultStep`) could be replaced by the `output`/`error` text unnoticed: only a
+    timed-out python call, whose logs differ from its error, shows it."""
+    state, events = _pending("analysis to=python code<|message|>print(1)")
+    call = pending_call(state)
+    assert call is not None
+    if replayed:
+        state, new = apply_loop_step(state, ToolResultStep(item_id=call.item_id, **result))
+    else:
+        state, new = tool_result(state, call.item_id, **result)
+    done = _done_item(state, [*events, *new])
+    assert done["status"] == status
+    assert done["outputs"] == [{"type": "logs", "logs": "1\n2\n"}, {"type": "logs", "logs": "3\n"}]
+
+
+@pytest.mark.parametrize("replayed", [False, True])
+def test_without_outputs_a_python_call_shows_its_text_as_logs(replayed: bool) -> None:
+    state, events = _pending("analysis to=python code<|message|>print(1)")
+    call = pending_call(state)
+    assert call is not None
+    if replayed:
+        state, new = apply_loop_step(state, ToolResultStep(item_id=call.item_id, error="boom"))
+    else:
+        state, new = tool_result(state, call.item_id, error="boom")
+    done = _done_item(state, [*events, *new])
+    assert done["status"] == "failed"
+    assert done["outputs"] == [{"type": "logs", "logs": "boom"}]
