@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import functools
 import json
+import logging
 from collections.abc import AsyncIterator, Mapping
 from contextlib import asynccontextmanager
 from typing import Any, Literal
@@ -29,7 +30,14 @@ from typing import Any, Literal
 import attrs
 
 from ._allow import AllowList, UrlRefused, normal_url
-from ._mcp_limits import ByteBudget, ListingTooLarge, McpLimits, budget_transport, check_tool
+from ._mcp_limits import (
+    ByteBudget,
+    ListingTooLarge,
+    McpLimits,
+    ResponseTooLarge,
+    budget_transport,
+    check_tool,
+)
 from ._tool import ItemKind, ToolInfo, ToolResult
 
 __all__ = [
@@ -40,6 +48,8 @@ __all__ = [
     "ToolListError",
     "describe_error",
 ]
+
+_log = logging.getLogger("streamfold")
 
 #: Seconds to connect to an MCP server, and for its answer to `tools/list` (a tool call's answer
 #: is bounded by the loop's `ToolLimits.call_seconds` instead: tools may take their time).
@@ -108,6 +118,24 @@ def _leaf(exc: BaseException) -> BaseException:
 def describe_error(exc: BaseException) -> str:
     leaf = _leaf(exc)
     return f"{type(leaf).__name__}: {leaf}" if str(leaf) else type(leaf).__name__
+
+
+# What the client (and the model) may read of a failure: the server's own refusals, said in
+# full; of anything the remote end did, only that it failed. Its HTTP status, content type or
+# connection error would make the MCP tool a probe of whatever the allow-list lets through
+# (issue 29); the operator's log has the detail.
+_OWN_ERRORS = (McpRequestRefused, ResponseTooLarge, ListingTooLarge, UrlRefused)
+_SAID = "the MCP server could not be reached, or did not answer as an MCP server"
+
+
+def _public_error(exc: BaseException, server_label: str) -> str:
+    leaf = _leaf(exc)
+    if isinstance(leaf, _OWN_ERRORS):
+        return str(leaf)
+    if isinstance(leaf, TimeoutError):
+        return "the MCP server did not answer in time"
+    _log.info("MCP server %r failed: %s", server_label, describe_error(exc))
+    return _SAID
 
 
 def _content_text(result: Any) -> str:
@@ -287,9 +315,9 @@ class McpTool:
                     if cursor is None:
                         break
         except Exception as exc:
+            label = self.config.server_label
             raise ToolListError(
-                f"could not list the tools of MCP server {self.config.server_label!r} "
-                f"({self.config.server_url}): {describe_error(exc)}"
+                f"could not list the tools of MCP server {label!r}: {_public_error(exc, label)}"
             ) from exc
         self.tools = tuple(info for info in listed if self._allowed(info))
         return self.tools
@@ -334,7 +362,7 @@ class McpTool:
             async with self._client(budget, None) as client:  # the loop bounds the call
                 result = await client.call_tool(name, parsed)
         except Exception as exc:  # protocol/transport errors: the model reads them
-            return ToolResult(error=describe_error(exc))
+            return ToolResult(error=_public_error(exc, self.config.server_label))
         text = _content_text(result)
         if result.is_error:
             return ToolResult(error=text or "the tool reported an error")

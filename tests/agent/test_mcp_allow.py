@@ -190,3 +190,28 @@ def test_a_checked_url_stays_under_its_rule_as_sent(segments: list[str]) -> None
     assert checked.path == "/mcp" or checked.path.startswith("/mcp/")
     assert httpx2.URL(str(checked)).path == checked.path
     assert normal_url(str(checked)) == checked
+
+
+def test_the_listing_error_is_no_probe_of_what_the_allow_list_lets_through(
+    servers: Any,
+) -> None:
+    """Issue 29: the `mcp_list_tools` error echoed the target's HTTP status and content type,
+    an oracle for probing whatever the allow-list lets through."""
+    _, trap, _, _ = servers
+    errors = []
+    for path in ("/internal/admin", "/no/such/path", ":1/mcp"):
+        url = trap.url + path if not path.startswith(":") else "http://127.0.0.1:1/mcp"
+        rules = (trap.url, "http://127.0.0.1:1")
+        config = AgentConfig(mcp_allow=rules)
+        assert config.allows_url(url)
+        source = ScriptedAgentSource({"m": ["<|channel|>final<|message|>hi<|return|>"]})
+        app = create_app(source.engine(), store=MemoryEventStore(), agent=config)
+        with serve(app) as base:
+            own = OpenAI(base_url=f"{base}/v1", api_key="x", max_retries=0, timeout=30)
+            response = own.responses.create(model="m", input="hi", tools=[_mcp(url)])
+        errors.append(response.output[0].error)  # type: ignore[union-attr]
+    # The same words whatever answered: a JSON 200, a 404, a closed port.
+    assert len(set(errors)) == 1, errors
+    said = errors[0]
+    assert "404" not in said and "application/json" not in said and "Connect" not in said
+    assert "could not be reached, or did not answer as an MCP server" in said

@@ -89,13 +89,14 @@ async def test_bad_arguments_never_reach_the_server(
     assert mcp_server.calls == before
 
 
-async def test_an_unreachable_server_fails_the_listing_with_a_reason() -> None:
+async def test_an_unreachable_server_fails_the_listing_saying_little() -> None:
+    # Not the connection error: whether a port is open is the operator's to know (issue 29).
     with anyio.fail_after(20):
         tool = McpTool(
             McpServerConfig(server_label="gone", server_url="http://127.0.0.1:9/mcp"),
             connect_seconds=2,
         )
-        with pytest.raises(ToolListError, match=r"'gone' \(http://127.0.0.1:9/mcp\): Connect"):
+        with pytest.raises(ToolListError, match=r"'gone': the MCP server could not be reached"):
             await tool.list_tools()
 
 
