@@ -10,14 +10,16 @@ The turn is read from the request's own prompt, so it is the same whether the cl
 whole conversation, `previous_response_id` or `item_reference`s: it is the number of model turns
 the prompt already holds, a run of assistant messages followed by something else (a tool's
 output or a user's reply). Parallel calls answered together are one turn. Harmony (gpt-oss)
-prompts only: their roles are in the text (`<|start|>assistant`, `<|start|>functions.f`).
+prompts only: a role is the text after the *control token* `<|start|>` (`assistant`,
+`functions.f`). The text "<|start|>assistant" inside a tool description or a user's message is
+ordinary text tokens, and is no turn (issue 29: reading the decoded text, it was one).
 """
 
 from __future__ import annotations
 
 import itertools
 import re
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 from streamfold.statemachine import Vocabulary
@@ -25,13 +27,28 @@ from streamfold.statemachine import Vocabulary
 __all__ = ["TURN_FILE", "conversation_turn", "turn_files"]
 
 TURN_FILE = re.compile(r"(\d+)\.jsonl")
-_ROLE = re.compile(rb"<\|start\|>([^<\s]+)")
+
+
+def _roles(prompt_token_ids: Sequence[int], vocabulary: Vocabulary) -> Iterator[bytes]:
+    """The role of each message: the text between a `<|start|>` control token and the next
+    control token, up to its first space (`functions.f to=assistant`)."""
+    start = vocabulary.special.get("<|start|>")
+    header: bytearray | None = None
+    for token in prompt_token_ids:
+        text = vocabulary.bytes_of(token)  # checks the id
+        if token in vocabulary.special_ids:
+            if header is not None:
+                yield bytes(header).split(maxsplit=1)[0] if header.strip() else b""
+            header = bytearray() if token == start else None
+        elif header is not None:
+            header += text
+    if header is not None:
+        yield bytes(header).split(maxsplit=1)[0] if header.strip() else b""
 
 
 def conversation_turn(prompt_token_ids: Sequence[int], vocabulary: Vocabulary) -> int:
     """How many model turns a harmony prompt already holds."""
-    text = b"".join(vocabulary.bytes_of(token) for token in prompt_token_ids)
-    roles = [match.group(1) for match in _ROLE.finditer(text)]
+    roles = list(_roles(prompt_token_ids, vocabulary))
     return sum(
         1
         for role, following in itertools.pairwise(roles)
