@@ -6,9 +6,13 @@ import importlib.util
 
 __all__ = ["TORCH_CPU_INSTALL", "missing_torch_extra"]
 
-#: The CPU build of torch from PyTorch's own index: a bare `pip install torch` resolves to the
-#: CUDA build on Linux (a 500 MB wheel plus several GB of nvidia-* packages).
-TORCH_CPU_INSTALL = "pip install torch --index-url https://download.pytorch.org/whl/cpu"
+#: The CPU build of torch, as the README installs it: a bare `pip install torch` resolves to the
+#: CUDA build on Linux (a 500 MB wheel plus several GB of nvidia-* packages). PyTorch's CPU
+#: index as an *extra* index: its `2.13.0+cpu` sorts above PyPI's `2.13.0`, and where that
+#: index cannot be reached pip still installs from the others (`--index-url` failed there).
+TORCH_CPU_INSTALL = (
+    "pip install --retries 2 'torch==2.13.0' --extra-index-url https://download.pytorch.org/whl/cpu"
+)
 
 
 def missing_torch_extra(what: str) -> str | None:

@@ -99,3 +99,12 @@ def test_the_offline_agent_example_prints_no_log_lines(tmp_path: Path) -> None:
     assert done.returncode == 0, done.stderr[-2000:]
     assert "2 + 3 = 5" in done.stdout
     assert done.stderr == "", done.stderr[-2000:]
+
+
+def test_the_torch_install_a_command_suggests_is_the_readmes() -> None:
+    """`init-model` without torch said `pip install torch --index-url .../whl/cpu`, which fails
+    where only the package registries are; it now says what the README's test command runs."""
+    from streamfold.engines._extras import TORCH_CPU_INSTALL
+
+    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text(encoding="utf-8")
+    assert TORCH_CPU_INSTALL.removeprefix("pip install ") in readme
