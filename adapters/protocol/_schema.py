@@ -16,6 +16,10 @@ from typing import Any
 __all__ = ["strict_schema_problems"]
 
 _COMMON = frozenset({"type", "description", "title", "enum", "const", "anyOf", "$ref", "default"})
+#: Annotations a schema generator writes (zod, pydantic) that constrain nothing.
+_ANNOTATIONS = frozenset(
+    {"$schema", "$id", "$comment", "examples", "readOnly", "writeOnly", "deprecated"}
+)
 _BY_TYPE: dict[str, frozenset[str]] = {
     "object": frozenset({"properties", "required", "additionalProperties"}),
     "array": frozenset({"items", "minItems", "maxItems"}),
@@ -67,7 +71,7 @@ def _node(schema: Any, path: str, *, root: bool = False) -> Iterator[tuple[str, 
     if any(not isinstance(t, str) or t not in _TYPES for t in named):
         yield _join(path, "type"), f"type must be one of {', '.join(sorted(_TYPES))}"
         return
-    allowed = set(_COMMON).union(*(_BY_TYPE[t] for t in named))
+    allowed = set(_COMMON | _ANNOTATIONS).union(*(_BY_TYPE[t] for t in named))
     if root:
         allowed.update(_DEFS)
     for key in schema:

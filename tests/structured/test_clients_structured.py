@@ -11,6 +11,7 @@ import json
 from collections.abc import Iterator
 from typing import Literal
 
+import anyio
 import pytest
 from openai import OpenAI
 from pydantic import BaseModel, ConfigDict, Field
@@ -157,3 +158,81 @@ def test_a_strict_schema_outside_the_subset_is_a_400_naming_the_param(url: str) 
             },
         )
     assert caught.value.body["param"] == "text.format.schema.properties.a.not"  # type: ignore[index]
+
+
+def test_the_agents_sdk_output_type_gets_a_valid_pet(url: str) -> None:
+    import agents
+    from openai import AsyncOpenAI
+
+    agents.set_tracing_disabled(True)
+
+    async def run() -> object:
+        client = AsyncOpenAI(base_url=f"{url}/v1", api_key="x", max_retries=0, timeout=120)
+        agent = agents.Agent(
+            name="describer",
+            instructions="Describe a pet.",
+            model=agents.OpenAIResponsesModel(model="tiny", openai_client=client),
+            output_type=Pet,
+            model_settings=agents.ModelSettings(max_tokens=300),
+        )
+        try:
+            result = await agents.Runner.run(agent, "A pet, please.")
+        finally:
+            await client.close()
+        return result.final_output
+
+    assert isinstance(anyio.run(run), Pet)
+
+
+def test_the_agents_sdk_tool_choice_required_calls_its_tool(url: str) -> None:
+    import agents
+    from openai import AsyncOpenAI
+
+    agents.set_tracing_disabled(True)
+    called: list[str] = []
+
+    @agents.function_tool
+    def get_weather(city: Literal["Paris", "Rome"]) -> str:
+        """The current weather in a city."""
+        called.append(city)
+        return "sunny"
+
+    async def run() -> None:
+        client = AsyncOpenAI(base_url=f"{url}/v1", api_key="x", max_retries=0, timeout=120)
+        agent = agents.Agent(
+            name="weather",
+            model=agents.OpenAIResponsesModel(model="tiny", openai_client=client),
+            tools=[get_weather],
+            model_settings=agents.ModelSettings(tool_choice="required", max_tokens=200),
+            tool_use_behavior="stop_on_first_tool",
+        )
+        try:
+            await agents.Runner.run(agent, "Weather?", max_turns=2)
+        finally:
+            await client.close()
+
+    anyio.run(run)
+    assert called and called[0] in ("Paris", "Rome")
+
+
+def test_langchain_with_structured_output_json_schema(url: str) -> None:
+    from langchain_openai import ChatOpenAI
+
+    model = ChatOpenAI(
+        model="tiny",
+        base_url=f"{url}/v1",
+        api_key="x",  # type: ignore[arg-type]
+        use_responses_api=True,
+        max_retries=0,
+        max_tokens=300,  # type: ignore[call-arg]
+    )
+    pet = model.with_structured_output(Pet, method="json_schema", strict=True).invoke("A pet.")
+    assert isinstance(pet, Pet)
+
+
+@pytest.mark.parametrize("case", ["generate-object", "output-object"])
+def test_the_vercel_ai_sdk_gets_a_valid_object(url: str, case: str) -> None:
+    from ..clients.test_node_clients import run_node
+
+    seen = run_node("vercel.mjs", case, f"{url}/v1")
+    Pet.model_validate(seen["object"])

@@ -2,7 +2,7 @@
 // Usage: node vercel.mjs CASE (STREAMFOLD_URL = the server's /v1 URL). Prints one JSON object
 // of what the client saw; tests/clients/test_node_clients.py asserts on it.
 import { createOpenAI } from "@ai-sdk/openai";
-import { generateText, streamText, stepCountIs, tool } from "ai";
+import { generateObject, generateText, Output, streamText, stepCountIs, tool } from "ai";
 import { z } from "zod";
 
 const openai = createOpenAI({ baseURL: process.env.STREAMFOLD_URL, apiKey: "unused" });
@@ -45,7 +45,25 @@ async function streamed(options) {
 
 // gpt-oss is a reasoning model, but the SDK knows only OpenAI's names: `forceReasoning` says so.
 const reasoning = { openai: { forceReasoning: true, reasoningSummary: "auto" } };
+// Structured outputs on the native engine's random-weight model: only an enforced schema parses.
+const pet = z.object({
+  name: z.string().regex(/^[a-z]{2,8}$/),
+  age: z.number().int().min(0).max(30),
+  kind: z.enum(["cat", "dog"]),
+  tags: z.array(z.object({ code: z.string().regex(/^[A-Z][0-9]{2}$/) })).min(1).max(2),
+});
 const cases = {
+  "generate-object": () =>
+    generateObject({ model: openai("tiny"), schema: pet, prompt: "A pet.", maxOutputTokens: 300 }).then(
+      (r) => ({ object: r.object, finishReason: r.finishReason }),
+    ),
+  "output-object": () =>
+    generateText({
+      model: openai("tiny"),
+      prompt: "A pet.",
+      output: Output.object({ schema: pet }),
+      maxOutputTokens: 300,
+    }).then((r) => ({ object: r.output, finishReason: r.finishReason })),
   generate: () => generateText({ model: openai("chat"), prompt: "Hello", providerOptions: reasoning }).then(summary),
   stream: () => streamed({ model: openai("chat"), prompt: "Hello", providerOptions: reasoning }),
   "generate-tools": () =>

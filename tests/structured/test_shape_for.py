@@ -1,0 +1,86 @@
+"""`shape_for`: every `tool_choice` form and `text.format` as the Shape it asks for (the table
+in `adapters/structured/_request.py`), and a request asking nothing costs nothing."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from streamfold.adapters.formats import HARMONY
+from streamfold.adapters.protocol import parse_create_request
+from streamfold.adapters.structured import JsonBody, Shape, TextBody, budget_shape, shape_for
+
+F = {"type": "function", "name": "f", "parameters": {"type": "object"}}
+G = {
+    "type": "function",
+    "name": "g",
+    "strict": True,
+    "parameters": {
+        "type": "object",
+        "properties": {},
+        "required": [],
+        "additionalProperties": False,
+    },
+}
+SCHEMA = {"type": "json_schema", "name": "x", "schema": {"type": "object"}}
+
+
+def _shape(**body: Any) -> Shape:
+    return shape_for(parse_create_request({"model": "m", "input": "hi", **body}))
+
+
+def _recipients(shape: Shape) -> list[str] | None:
+    return None if shape.calls is None else [call.recipient for call in shape.calls]
+
+
+def test_a_request_asking_nothing_gets_no_grammar() -> None:
+    request = parse_create_request({"model": "m", "input": "hi", "tools": [F]})
+    assert shape_for(request).free and HARMONY.constraint_for(request) is None
+
+
+@pytest.mark.parametrize(
+    ("body", "answer", "recipients"),
+    [
+        ({"tools": [F], "tool_choice": "none"}, TextBody, []),
+        ({"tools": [F, G]}, TextBody, ["functions.f", "functions.g"]),  # g strict: enforce
+        ({"tools": [F], "text": {"format": SCHEMA}}, JsonBody, ["functions.f"]),
+        ({"tools": [F, G], "tool_choice": "required"}, None, ["functions.f", "functions.g"]),
+        (
+            {"tools": [F, G], "tool_choice": {"type": "function", "name": "g"}},
+            None,
+            ["functions.g"],
+        ),
+        (
+            {
+                "tools": [F, G],
+                "tool_choice": {
+                    "type": "allowed_tools",
+                    "mode": "auto",
+                    "tools": [{"type": "function", "name": "f"}],
+                },
+            },
+            TextBody,
+            ["functions.f"],
+        ),
+        ({"text": {"format": {"type": "json_object"}}}, JsonBody, []),
+    ],
+)
+def test_each_form(body: dict[str, Any], answer: type | None, recipients: list[str]) -> None:
+    shape = _shape(**body)
+    assert (None if shape.answer is None else type(shape.answer)) is answer
+    assert _recipients(shape) == recipients
+
+
+def test_in_the_servers_loop_a_forced_call_relaxes_to_auto_after_one_ran() -> None:
+    request = parse_create_request(
+        {"model": "m", "input": "hi", "tools": [G], "tool_choice": "required"}
+    )
+    assert shape_for(request).answer is None
+    assert isinstance(shape_for(request, after_call=True).answer, TextBody)
+
+
+def test_the_budget_keeps_half_for_the_answer() -> None:
+    shape = budget_shape(_shape(text={"format": SCHEMA}), 300)
+    assert shape.reasoning_tokens == (300 - 150) // 3 - 6
+    assert budget_shape(_shape(tools=[F]), 300).reasoning_tokens is None  # free: untouched
