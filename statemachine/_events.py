@@ -32,6 +32,8 @@ __all__ = [
     "ResponseContentPartAddedEvent",
     "ResponseContentPartDoneEvent",
     "ResponseCreatedEvent",
+    "ResponseCustomToolCallInputDeltaEvent",
+    "ResponseCustomToolCallInputDoneEvent",
     "ResponseErrorEvent",
     "ResponseFailedEvent",
     "ResponseFunctionCallArgumentsDeltaEvent",
@@ -310,6 +312,30 @@ class ResponseFunctionCallArgumentsDoneEvent:
     arguments: str
 
 
+@attrs.frozen(kw_only=True)
+class ResponseCustomToolCallInputDeltaEvent:
+    """A piece of a custom tool call's raw input (openai `ResponseCustomToolCallInputDelta`)."""
+
+    type: Literal["response.custom_tool_call_input.delta"] = _type(
+        "response.custom_tool_call_input.delta"
+    )
+    sequence_number: int
+    item_id: str
+    output_index: int
+    delta: str
+
+
+@attrs.frozen(kw_only=True)
+class ResponseCustomToolCallInputDoneEvent:
+    type: Literal["response.custom_tool_call_input.done"] = _type(
+        "response.custom_tool_call_input.done"
+    )
+    sequence_number: int
+    item_id: str
+    output_index: int
+    input: str
+
+
 # --- built-in tools: browser → web_search_call, python → code_interpreter_call, other → mcp --
 
 
@@ -487,6 +513,8 @@ Event = (
     | ResponseReasoningSummaryTextDoneEvent
     | ResponseFunctionCallArgumentsDeltaEvent
     | ResponseFunctionCallArgumentsDoneEvent
+    | ResponseCustomToolCallInputDeltaEvent
+    | ResponseCustomToolCallInputDoneEvent
     | ResponseWebSearchCallInProgressEvent
     | ResponseWebSearchCallSearchingEvent
     | ResponseWebSearchCallCompletedEvent

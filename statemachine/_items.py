@@ -83,6 +83,7 @@ class OpenItem(NamedTuple):
     tokens: Rope = None
     unsent: int = 0
     approval_request_id: str | None = None
+    namespace: str | None = None  # a function or custom call's namespace tool
 
 
 replace_item = replacer(OpenItem)
@@ -105,6 +106,7 @@ def open_item(
     server_label: str | None = None,
     phase: Literal["commentary", "final_answer"] | None = None,
     approval_request_id: str | None = None,
+    namespace: str | None = None,
 ) -> OpenItem:
     row = KINDS[kind]
     item_id, call_id = item_ids(response_id, kind, output_index)
@@ -118,6 +120,7 @@ def open_item(
         phase=phase,
         container_id="cntr_" + response_id.removeprefix("resp_") if row.container else None,
         approval_request_id=approval_request_id,
+        namespace=namespace,
     )
     out.emit(
         ev.ResponseOutputItemAddedEvent,

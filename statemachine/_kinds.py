@@ -43,6 +43,7 @@ ItemKind = Literal[
     "message",
     "reasoning",
     "function_call",
+    "custom_tool_call",
     "web_search_call",
     "code_interpreter_call",
     "mcp_call",
@@ -123,6 +124,17 @@ def _function_call(item: OpenItem, text: str, status: ItemStatus, _: Any, __: An
         name=item.name or "",
         arguments=text,
         status=status,  # type: ignore[arg-type]
+        namespace=item.namespace,
+    )
+
+
+def _custom_tool_call(item: OpenItem, text: str, _: ItemStatus, __: Any, ___: Any) -> m.OutputItem:
+    return m.ResponseCustomToolCall(
+        id=item.item_id,
+        call_id=item.call_id or "",
+        name=item.name or "",
+        input=text,
+        namespace=item.namespace,
     )
 
 
@@ -235,6 +247,16 @@ _ROWS = (
         delta=ev.ResponseFunctionCallArgumentsDeltaEvent,
         done=ev.ResponseFunctionCallArgumentsDoneEvent,
         done_field="arguments",
+        call_id=True,
+    ),
+    Kind(
+        name="custom_tool_call",
+        prefix="ctc",
+        item=m.ResponseCustomToolCall,
+        build=_custom_tool_call,
+        delta=ev.ResponseCustomToolCallInputDeltaEvent,
+        done=ev.ResponseCustomToolCallInputDoneEvent,
+        done_field="input",
         call_id=True,
     ),
     Kind(

@@ -27,6 +27,10 @@ __all__ = [
     "ActionSearch",
     "CodeInterpreterOutputLogs",
     "ContentPart",
+    "CustomTool",
+    "CustomToolFormat",
+    "CustomToolGrammar",
+    "CustomToolText",
     "FunctionTool",
     "HttpError",
     "IncompleteDetails",
@@ -41,12 +45,14 @@ __all__ = [
     "McpListToolsTool",
     "McpProtocolError",
     "McpToolExecutionError",
+    "NamespaceTool",
     "OutputItem",
     "OutputTokensDetails",
     "ReasoningConfig",
     "ReasoningText",
     "Response",
     "ResponseCodeInterpreterToolCall",
+    "ResponseCustomToolCall",
     "ResponseError",
     "ResponseFunctionToolCall",
     "ResponseFunctionWebSearch",
@@ -55,6 +61,7 @@ __all__ = [
     "ResponseOutputText",
     "ResponseReasoningItem",
     "ResponseStatus",
+    "ResponseTool",
     "ResponseUsage",
     "SummaryText",
     "TextLogprob",
@@ -190,6 +197,21 @@ class ResponseFunctionToolCall:
     name: str
     arguments: str
     status: ItemStatus | None = None
+    #: The namespace tool it belongs to (`{"type": "namespace"}`); None for a plain function.
+    namespace: str | None = None
+
+
+@attrs.frozen(kw_only=True)
+class ResponseCustomToolCall:
+    """openai `ResponseCustomToolCall`, wire type `custom_tool_call`: a call of a `custom` tool,
+    whose `input` is the raw text the model wrote (no JSON). The SDK model has no `status`."""
+
+    type: Literal["custom_tool_call"] = attrs.field(default="custom_tool_call", init=False)
+    id: str
+    call_id: str
+    name: str
+    input: str
+    namespace: str | None = None
 
 
 @attrs.frozen(kw_only=True)
@@ -349,6 +371,7 @@ OutputItem = (
     ResponseOutputMessage
     | ResponseReasoningItem
     | ResponseFunctionToolCall
+    | ResponseCustomToolCall
     | ResponseFunctionWebSearch
     | ResponseCodeInterpreterToolCall
     | McpCall
@@ -412,6 +435,51 @@ class FunctionTool:
 
 
 @attrs.frozen(kw_only=True)
+class CustomToolText:
+    """openai `CustomToolInputFormat` `Text`: any text."""
+
+    type: Literal["text"] = attrs.field(default="text", init=False)
+
+
+@attrs.frozen(kw_only=True)
+class CustomToolGrammar:
+    """openai `CustomToolInputFormat` `Grammar`: text in a Lark grammar's or a regex's language."""
+
+    type: Literal["grammar"] = attrs.field(default="grammar", init=False)
+    syntax: Literal["lark", "regex"]
+    definition: str
+
+
+CustomToolFormat = CustomToolText | CustomToolGrammar
+
+
+@attrs.frozen(kw_only=True)
+class CustomTool:
+    """openai `CustomTool`: a tool whose input is free text (or text of a grammar), not JSON."""
+
+    type: Literal["custom"] = attrs.field(default="custom", init=False)
+    name: str
+    description: str | None = None
+    format: CustomToolFormat | None = None
+
+
+@attrs.frozen(kw_only=True)
+class NamespaceTool:
+    """openai `NamespaceTool`: function and custom tools grouped under a name, as harmony groups
+    tools (`namespace NAME { ... }`); the model calls them as `NAME.tool`."""
+
+    type: Literal["namespace"] = attrs.field(default="namespace", init=False)
+    name: str
+    description: str = ""
+    tools: tuple[FunctionTool | CustomTool, ...] = ()
+
+
+#: A tool as the Response echoes it: the client-side tools the model may call, and any other
+#: tool of the request (hosted, MCP) as the JSON object it was sent as.
+ResponseTool = FunctionTool | CustomTool | NamespaceTool
+
+
+@attrs.frozen(kw_only=True)
 class ToolChoiceFunction:
     type: Literal["function"] = attrs.field(default="function", init=False)
     name: str
@@ -442,7 +510,7 @@ class Response:
         | ToolChoiceCustom
         | ToolChoiceHosted
     ) = "auto"
-    tools: tuple[FunctionTool, ...] = ()
+    tools: tuple[ResponseTool, ...] = ()
     error: ResponseError | None = None
     incomplete_details: IncompleteDetails | None = None
     usage: ResponseUsage | None = None

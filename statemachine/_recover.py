@@ -57,6 +57,7 @@ def _open_item(item: m.OutputItem, output_index: int, text: str) -> OpenItem:
         phase=getattr(item, "phase", None),
         text=(None, text) if text else None,
         approval_request_id=getattr(item, "approval_request_id", None),
+        namespace=getattr(item, "namespace", None),
     )
 
 

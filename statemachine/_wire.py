@@ -175,6 +175,9 @@ for _union, _what in (
     (m.WebSearchAction, "web search action"),
     (m.McpCallError, "MCP call error"),
     (c.TextFormat, "text format"),
+    (m.ResponseTool, "tool"),
+    (m.FunctionTool | m.CustomTool, "namespace tool"),
+    (m.CustomToolFormat, "custom tool format"),
     (Event, "event"),
 ):
     _tagged_union(_union, _what)

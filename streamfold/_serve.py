@@ -95,6 +95,13 @@ def add_serve_parser(
         "this host reaches)",
     )
     tools.add_argument(
+        "--refuse-unserved-tools",
+        action="store_true",
+        help="refuse (400) a request naming a hosted tool this server does not run (web_search "
+        "without a browser, code_interpreter without --python-tool, image_generation, ...); "
+        "by default such a tool is left out of the prompt and logged once",
+    )
+    tools.add_argument(
         "--tool-seconds",
         type=float,
         default=60.0,
@@ -235,6 +242,7 @@ def run_serve(args: argparse.Namespace) -> int:
     try:
         agent = AgentConfig(
             mcp_allow=tuple(args.mcp_allow),
+            refuse_unserved_tools=args.refuse_unserved_tools,
             python=python,
             limits=ToolLimits(call_seconds=args.tool_seconds),
             max_iterations=args.max_tool_rounds,

@@ -11,6 +11,7 @@ gets a 400 naming the tool, before anything runs.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable, Iterable, Mapping, Sequence
 
 import attrs
@@ -18,11 +19,13 @@ import attrs
 from ..protocol import (
     CodeInterpreterParam,
     CreateRequest,
+    HostedToolParam,
     McpApprovalRequestInput,
     McpApprovalResponseInput,
     McpCallInput,
     McpParam,
     RequestError,
+    ToolSearchParam,
     WebSearchParam,
 )
 from ._allow import AllowList, UrlRefused
@@ -31,7 +34,11 @@ from ._mcp import ApprovalFilter, McpServerConfig, McpTool
 from ._python import PythonTool
 from ._tool import ListedTool, Tool, ToolLimits
 
-__all__ = ["AgentConfig", "AgentRun", "Approval", "prepare_agent"]
+__all__ = ["AgentConfig", "AgentRun", "Approval", "prepare_agent", "served_tools"]
+
+_log = logging.getLogger("streamfold.agent")
+#: The unserved tool kinds already logged (once each per process).
+_logged: set[str] = set()
 
 #: Generations after a tool call, per response, unless the operator says otherwise.
 DEFAULT_MAX_ITERATIONS = 10
@@ -61,6 +68,12 @@ class AgentConfig:
     #: The deployment's own listed tools, by connector id: a request's
     #: `{"type": "mcp", "server_label": L, "connector_id": ID}` gets `connectors[ID](L)`.
     connectors: Mapping[str, Callable[[str], ListedTool]] = attrs.Factory(dict)
+    #: What to do with a hosted tool this server does not run (`web_search` without a
+    #: browser, `code_interpreter` with the python tool off, `image_generation`, ...): by
+    #: default it is left out of the prompt (logged once per kind) and the request runs, as
+    #: clients such as Codex send such tools in their default configuration; True refuses the
+    #: request with a 400 naming the tool (`streamfold serve --refuse-unserved-tools`).
+    refuse_unserved_tools: bool = False
 
     allow_list: AllowList = attrs.field(init=False)
 
@@ -184,11 +197,55 @@ def _approvals(request: CreateRequest, own: int, labels: set[str]) -> list[Appro
     return approvals
 
 
+def _unserved(config: AgentConfig, tool: object) -> str | None:
+    """Why this server does not run `tool`, or None when it does (or the client does)."""
+    if isinstance(tool, WebSearchParam) and config.browser is None:
+        return (
+            f"this server has no browser backend, so {tool.type} is not offered; its "
+            "operator enables it with AgentConfig(browser=...)"
+        )
+    if isinstance(tool, CodeInterpreterParam) and config.python is None:
+        return (
+            "the python tool is off on this server, so code_interpreter is not offered; "
+            "its operator enables it with `streamfold serve --python-tool`"
+        )
+    if isinstance(tool, HostedToolParam):
+        return f"this server does not run the hosted tool {tool.type}"
+    if isinstance(tool, ToolSearchParam):
+        return (
+            "tool_search is not offered to gpt-oss, which was not trained on it (the "
+            "client's tools are all listed instead)"
+        )
+    return None
+
+
+def served_tools(request: CreateRequest, config: AgentConfig) -> CreateRequest:
+    """`request` without the tools this server does not run, each logged once per kind; or,
+    where the operator refuses them (`refuse_unserved_tools`), a `RequestError` (400) naming
+    the first one."""
+    kept = []
+    for i, tool in enumerate(request.tools):
+        why = _unserved(config, tool)
+        if why is None:
+            kept.append(tool)
+            continue
+        if config.refuse_unserved_tools:
+            raise RequestError(why, param=f"tools[{i}].type")
+        kind = str(getattr(tool, "type", ""))
+        if kind not in _logged:
+            _logged.add(kind)
+            _log.warning("%s; a request's %s tool is left out of the prompt", why, kind)
+    if len(kept) == len(request.tools):
+        return request
+    return attrs.evolve(request, tools=tuple(kept))
+
+
 def prepare_agent(request: CreateRequest, config: AgentConfig, own: int) -> AgentRun | None:
     """The request's server-side tools, checked against what this server offers; None when the
     request names none. `own`: how many of `request.input`'s items are the body's own (the
     rest came with `previous_response_id`); approval responses count only there. Raises
-    `RequestError` (400) naming the tool that cannot run here."""
+    `RequestError` (400) naming the tool that cannot run here. Tools the server does not run
+    are expected gone already (`served_tools`)."""
     if not request.server_tools:
         for i, item in enumerate(_own_items(request, own)):
             if isinstance(item, McpApprovalResponseInput):
@@ -220,22 +277,16 @@ def prepare_agent(request: CreateRequest, config: AgentConfig, own: int) -> Agen
                 ) from None
             # Connected with `CONNECT_SECONDS`, as documented (not the call limit).
             mcp.append(McpTool(_mcp_config(tool, str(url)), allow=config.allow_list))
-        elif isinstance(tool, WebSearchParam):
-            if config.browser is None:
-                raise RequestError(
-                    f"this server has no browser backend, so {tool.type} is not offered; its "
-                    "operator enables it with AgentConfig(browser=...)",
-                    param=f"tools[{i}].type",
-                )
-            builtins.append(BrowserTool(config.browser))
-        elif isinstance(tool, CodeInterpreterParam):
-            if config.python is None:
-                raise RequestError(
-                    "the python tool is off on this server, so code_interpreter is not offered; "
-                    "its operator enables it with `streamfold serve --python-tool`",
-                    param=f"tools[{i}].type",
-                )
-            builtins.append(config.python)
+        elif isinstance(tool, WebSearchParam | CodeInterpreterParam):
+            why = _unserved(config, tool)
+            if why is not None:
+                raise RequestError(why, param=f"tools[{i}].type")
+            if isinstance(tool, WebSearchParam):
+                assert config.browser is not None
+                builtins.append(BrowserTool(config.browser))
+            else:
+                assert config.python is not None
+                builtins.append(config.python)
     limit = config.limits.max_tool_calls
     return AgentRun(
         mcp=tuple(mcp),

@@ -30,10 +30,19 @@ from typing import Any
 import openai_harmony as h
 
 from streamfold.engines.vocab import harmony_encoding
-from streamfold.statemachine import FormatJsonObject, FormatJsonSchema
+from streamfold.statemachine import (
+    CustomTool,
+    FormatJsonObject,
+    FormatJsonSchema,
+    FunctionTool,
+    NamespaceTool,
+)
 
 from ..protocol import (
+    AdditionalToolsInput,
     CreateRequest,
+    CustomToolCallInput,
+    CustomToolCallOutputInput,
     FunctionCallInput,
     FunctionCallOutputInput,
     MessageInput,
@@ -63,14 +72,36 @@ def _developer(request: CreateRequest) -> Any | None:
     content = h.DeveloperContent.new()
     if parts:
         content = content.with_instructions("\n\n".join(parts))
-    if tools:
-        content = content.with_function_tools(
-            [
-                h.ToolDescription.new(tool.name, tool.description or "", parameters=tool.parameters)
-                for tool in tools
-            ]
-        )
+    functions = [_described(t) for t in tools if not isinstance(t, NamespaceTool)]
+    if functions:
+        content = content.with_function_tools(functions)
+    for tool in tools:
+        if isinstance(tool, NamespaceTool):
+            content = content.with_tools(
+                h.ToolNamespaceConfig(
+                    name=tool.name,
+                    description=tool.description or None,
+                    tools=[_described(inner) for inner in tool.tools],
+                )
+            )
     return h.Message.from_role_and_content(h.Role.DEVELOPER, content)
+
+
+def _described(tool: FunctionTool | CustomTool) -> Any:
+    """A client tool as harmony describes it. A custom tool takes no JSON: its description
+    says that the call's message is its raw input, and gives its grammar if it has one."""
+    if isinstance(tool, FunctionTool):
+        return h.ToolDescription.new(tool.name, tool.description or "", parameters=tool.parameters)
+    return h.ToolDescription.new(tool.name, custom_description(tool))
+
+
+def custom_description(tool: CustomTool) -> str:
+    lines = [tool.description] if tool.description else []
+    lines.append("Freeform tool: write its input as the message itself, plain text, not JSON.")
+    if tool.format is not None and tool.format.type == "grammar":
+        lines.append(f"The input must follow this {tool.format.syntax} grammar:")
+        lines += tool.format.definition.splitlines()
+    return "\n".join(lines)
 
 
 def _developer_parts(request: CreateRequest) -> tuple[list[str], list[Any]]:
@@ -95,14 +126,14 @@ def _developer_parts(request: CreateRequest) -> tuple[list[str], list[Any]]:
     elif isinstance(fmt, FormatJsonObject):
         parts.append("# Response Formats\n\nAnswer with one JSON object.")
     # tool_choice "none": the model must not call tools, so it is not shown any.
-    tools = [] if request.tool_choice == "none" else list(request.function_tools)
+    tools = [] if request.tool_choice == "none" else list(request.client_tools)
     return parts, tools
 
 
 def _turns(request: CreateRequest) -> list[Any]:
     if isinstance(request.input, str):
         return [h.Message.from_role_and_content(h.Role.USER, request.input)]
-    names: dict[str, str] = {}
+    recipients: dict[str, str] = {}
     messages = []
     for item in request.input:
         if isinstance(item, MessageInput):
@@ -120,21 +151,25 @@ def _turns(request: CreateRequest) -> list[Any]:
                     "analysis"
                 )
             )
-        elif isinstance(item, FunctionCallInput):
-            names[item.call_id] = item.name
-            messages.append(
-                h.Message.from_role_and_content(h.Role.ASSISTANT, item.arguments)
-                .with_channel("commentary")
-                .with_recipient(f"functions.{item.name}")
-                .with_content_type("json")
+        elif isinstance(item, FunctionCallInput | CustomToolCallInput):
+            recipients[item.call_id] = item.recipient
+            call = h.Message.from_role_and_content(
+                h.Role.ASSISTANT,
+                item.arguments if isinstance(item, FunctionCallInput) else item.input,
             )
-        elif isinstance(item, FunctionCallOutputInput):
-            author = h.Author.new(h.Role.TOOL, f"functions.{names[item.call_id]}")
+            call = call.with_channel("commentary").with_recipient(item.recipient)
+            if isinstance(item, FunctionCallInput):
+                call = call.with_content_type("json")
+            messages.append(call)
+        elif isinstance(item, FunctionCallOutputInput | CustomToolCallOutputInput):
+            author = h.Author.new(h.Role.TOOL, recipients[item.call_id])
             messages.append(
                 h.Message.from_author_and_content(author, item.text)
                 .with_channel("commentary")
                 .with_recipient("assistant")
             )
+        elif isinstance(item, AdditionalToolsInput):
+            continue  # its tools are listed with the request's (`_developer_parts`)
         else:  # the agent loop's items (MCP and code interpreter calls, approvals, ...)
             messages += history_messages(item)
     return messages
@@ -207,9 +242,7 @@ def _head(request: CreateRequest) -> tuple[int, ...] | None:
     """The system and developer messages rendered (kept for the next request like it)."""
     effort = (request.reasoning and request.reasoning.effort) or "medium"
     parts, tools = _developer_parts(request)
-    described = tuple(
-        (tool.name, tool.description or "", json.dumps(tool.parameters)) for tool in tools
-    )
+    described = tuple(_key(tool) for tool in tools)
     key = (effort, tuple(parts), described)
     if sum(map(len, parts)) + sum(len(a) + len(b) + len(c) for a, b, c in described) > (
         _HEAD_KEY_CHARS
@@ -229,6 +262,16 @@ def _head(request: CreateRequest) -> tuple[int, ...] | None:
     else:
         _heads.move_to_end(key)
     return ids
+
+
+def _key(tool: FunctionTool | CustomTool | NamespaceTool) -> tuple[str, str, str]:
+    """What a tool adds to the prompt's head, as text (the kept heads' key)."""
+    if isinstance(tool, FunctionTool):
+        return tool.name, tool.description or "", json.dumps(tool.parameters)
+    if isinstance(tool, CustomTool):
+        return tool.name, "custom", custom_description(tool)
+    inner = json.dumps([_key(t) for t in tool.tools])
+    return tool.name, f"namespace {tool.description}", inner
 
 
 @functools.cache

@@ -3,14 +3,23 @@
 from __future__ import annotations
 
 import math
+from collections.abc import Iterator
 
-from streamfold.statemachine import FunctionTool, ToolChoiceFunction
+from streamfold.engines.guidance import validate_grammar
+from streamfold.statemachine import CustomTool, FunctionTool, NamespaceTool, ToolChoiceFunction
 
 from ._controls import control_problems
 from ._errors import RequestError
-from ._input import FunctionCallInput, FunctionCallOutputInput, InputItem
+from ._input import (
+    AdditionalToolsInput,
+    CustomToolCallInput,
+    CustomToolCallOutputInput,
+    FunctionCallInput,
+    FunctionCallOutputInput,
+    InputItem,
+)
 from ._request import INCLUDABLE, MAX_TOP_LOGPROBS, CreateRequest
-from ._tools import check_server_tools
+from ._tools import LABEL, RESERVED_LABELS, McpParam, check_server_tools
 
 __all__ = ["check_request"]
 
@@ -57,17 +66,9 @@ def check_request(request: CreateRequest, earlier: tuple[InputItem, ...] = ()) -
         )
     for param, message in check_server_tools(request.tools):
         raise RequestError(message, param=param)
+    for param, message in client_tool_problems(request):
+        raise RequestError(message, param=param)
     names = [tool.name for tool in request.function_tools]
-    seen: set[str] = set()
-    for i, tool in enumerate(request.tools):
-        if not isinstance(tool, FunctionTool):
-            continue
-        if not tool.name or tool.name in seen:
-            raise RequestError(
-                f"tool names must be non-empty and unique, got {tool.name!r}",
-                param=f"tools[{i}].name",
-            )
-        seen.add(tool.name)
     if (
         isinstance(request.tool_choice, ToolChoiceFunction)
         and request.tool_choice.name not in names
@@ -79,13 +80,76 @@ def check_request(request: CreateRequest, earlier: tuple[InputItem, ...] = ()) -
     for param, message in control_problems(request):
         raise RequestError(message, param=param)
     if isinstance(request.input, tuple):
-        calls = {item.call_id for item in earlier if isinstance(item, FunctionCallInput)}
+        calls = {
+            item.call_id
+            for item in earlier
+            if isinstance(item, FunctionCallInput | CustomToolCallInput)
+        }
         for i, item in enumerate(request.input):
-            if isinstance(item, FunctionCallInput):
+            if isinstance(item, FunctionCallInput | CustomToolCallInput):
                 calls.add(item.call_id)
-            elif isinstance(item, FunctionCallOutputInput) and item.call_id not in calls:
+            elif (
+                isinstance(item, FunctionCallOutputInput | CustomToolCallOutputInput)
+                and item.call_id not in calls
+            ):
+                call = item.type.removesuffix("_output")
                 raise RequestError(
-                    f"no function_call with call_id {item.call_id!r} comes before this output; "
-                    "send the model's function_call item before its function_call_output",
+                    f"no {call} with call_id {item.call_id!r} comes before this output; "
+                    f"send the model's {call} item before its {item.type}",
                     param=f"input[{i}].call_id",
                 )
+
+
+def _grammar_problem(tool: CustomTool) -> str | None:
+    """Why a custom tool's grammar does not compile (llguidance reads Lark; a regex becomes
+    the one rule `start: /REGEX/`), or None."""
+    fmt = tool.format
+    if fmt is None or fmt.type != "grammar":
+        return None
+    if fmt.syntax == "regex":
+        return validate_grammar("start: /" + fmt.definition.replace("/", "\\/") + "/")
+    return validate_grammar(fmt.definition)
+
+
+def _tool_problems(
+    tools: Iterator[tuple[str, object]], labels: set[str]
+) -> Iterator[tuple[str, str]]:
+    """Names unique among the client's tools and namespaces; custom grammars that compile."""
+    seen: dict[str, str] = {}
+    for at, tool in tools:
+        if not isinstance(tool, FunctionTool | CustomTool | NamespaceTool):
+            continue
+        if not tool.name or tool.name in seen:
+            yield f"{at}.name", f"tool names must be non-empty and unique, got {tool.name!r}"
+            continue
+        seen[tool.name] = at
+        if isinstance(tool, CustomTool):
+            problem = _grammar_problem(tool)
+            if problem is not None:
+                yield (
+                    f"{at}.format.definition",
+                    f"the {tool.format.syntax} grammar of custom tool {tool.name!r} does not "  # type: ignore[union-attr]
+                    f"compile: {problem}",
+                )
+        elif isinstance(tool, NamespaceTool):
+            if not LABEL.fullmatch(tool.name) or tool.name in RESERVED_LABELS | labels:
+                yield (
+                    f"{at}.name",
+                    "a namespace's name must be 1-64 letters, digits, '_' or '-', and not a "
+                    f"built-in namespace or an MCP server's label (the model calls its tools as "
+                    f"name.tool), got {tool.name!r}",
+                )
+            yield from _tool_problems(
+                ((f"{at}.tools[{j}]", inner) for j, inner in enumerate(tool.tools)), set()
+            )
+
+
+def client_tool_problems(request: CreateRequest) -> Iterator[tuple[str, str]]:
+    """`(param, message)` for the client's tools: the request's, then each `additional_tools`
+    item's (all are listed to the model together, so names are unique across them)."""
+    labels = {tool.server_label for tool in request.tools if isinstance(tool, McpParam)}
+    tools: list[tuple[str, object]] = [(f"tools[{i}]", t) for i, t in enumerate(request.tools)]
+    for i, item in enumerate(request.input if isinstance(request.input, tuple) else ()):
+        if isinstance(item, AdditionalToolsInput):
+            tools += [(f"input[{i}].tools[{j}]", t) for j, t in enumerate(item.tools)]
+    yield from _tool_problems(iter(tools), labels)

@@ -13,6 +13,7 @@ import re
 from collections.abc import Iterator, Mapping
 
 from streamfold.statemachine import (
+    CustomTool,
     FormatJsonSchema,
     FunctionTool,
     ToolChoiceAllowed,
@@ -83,7 +84,11 @@ def _choice_problems(request: CreateRequest) -> Iterator[tuple[str, str]]:
                 f"tool_choice names MCP server {choice.server_label!r}, which is not in tools",
             )
     elif isinstance(choice, ToolChoiceCustom):
-        yield "tool_choice.name", f"tool_choice names custom tool {choice.name!r}, not in tools"
+        if not any(isinstance(t, CustomTool) and t.name == choice.name for t in request.tools):
+            yield (
+                "tool_choice.name",
+                f"tool_choice names custom tool {choice.name!r}, not in tools",
+            )
     elif isinstance(choice, ToolChoiceHosted):
         if not _declares(request, {"type": choice.type}):
             yield "tool_choice.type", f"tool_choice names {choice.type!r}, which is not in tools"

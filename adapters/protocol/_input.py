@@ -11,10 +11,15 @@ from typing import Any, Literal, TypeAlias
 
 import attrs
 
+from streamfold.statemachine import CustomTool, FunctionTool, NamespaceTool
+
 from ._agent_input import AGENT_INPUT_TYPES, AgentInputItem
 
 __all__ = [
     "INPUT_ITEM_TYPES",
+    "AdditionalToolsInput",
+    "CustomToolCallInput",
+    "CustomToolCallOutputInput",
     "FunctionCallInput",
     "FunctionCallOutputInput",
     "InputItem",
@@ -55,6 +60,27 @@ class FunctionCallInput:
     call_id: str
     name: str
     arguments: str
+    namespace: str | None = None
+
+    @property
+    def recipient(self) -> str:
+        """Who the model addressed (`functions.NAME`, or `NAMESPACE.NAME`)."""
+        return f"{self.namespace or 'functions'}.{self.name}"
+
+
+@attrs.frozen(kw_only=True)
+class CustomToolCallInput:
+    """A call of a `custom` tool the model made earlier: `input` is its raw text."""
+
+    type: Literal["custom_tool_call"]
+    call_id: str
+    name: str
+    input: str
+    namespace: str | None = None
+
+    @property
+    def recipient(self) -> str:
+        return f"{self.namespace or 'functions'}.{self.name}"
 
 
 @attrs.frozen(kw_only=True)
@@ -73,6 +99,32 @@ class FunctionCallOutputInput:
 
 
 @attrs.frozen(kw_only=True)
+class CustomToolCallOutputInput:
+    """The caller's result for an earlier `custom_tool_call`, matched by `call_id`."""
+
+    type: Literal["custom_tool_call_output"]
+    call_id: str
+    output: str | tuple[TextPart, ...]
+
+    @property
+    def text(self) -> str:
+        if isinstance(self.output, str):
+            return self.output
+        return "".join(part.text for part in self.output)
+
+
+@attrs.frozen(kw_only=True)
+class AdditionalToolsInput:
+    """`additional_tools`: tools the client makes available from this point of the
+    conversation on (Codex sends its namespaces so). harmony has one tool list per
+    conversation, so they join the request's own."""
+
+    type: Literal["additional_tools"]
+    role: Literal["developer"] = "developer"
+    tools: tuple[FunctionTool | CustomTool | NamespaceTool, ...] = ()
+
+
+@attrs.frozen(kw_only=True)
 class ReasoningPart:
     type: Literal["reasoning_text", "summary_text"]
     text: str
@@ -85,6 +137,7 @@ class ReasoningInput:
     type: Literal["reasoning"]
     content: tuple[ReasoningPart, ...] | None = None
     summary: tuple[ReasoningPart, ...] = ()
+    encrypted_content: str | None = None
 
     @property
     def text(self) -> str:
@@ -92,13 +145,23 @@ class ReasoningInput:
 
 
 InputItem: TypeAlias = (
-    MessageInput | FunctionCallInput | FunctionCallOutputInput | ReasoningInput | AgentInputItem
+    MessageInput
+    | FunctionCallInput
+    | FunctionCallOutputInput
+    | CustomToolCallInput
+    | CustomToolCallOutputInput
+    | AdditionalToolsInput
+    | ReasoningInput
+    | AgentInputItem
 )
 #: Each input item's wire `type` and its class.
 INPUT_ITEM_TYPES: dict[str, type] = {
     "message": MessageInput,
     "function_call": FunctionCallInput,
     "function_call_output": FunctionCallOutputInput,
+    "custom_tool_call": CustomToolCallInput,
+    "custom_tool_call_output": CustomToolCallOutputInput,
+    "additional_tools": AdditionalToolsInput,
     "reasoning": ReasoningInput,
     **AGENT_INPUT_TYPES,
 }

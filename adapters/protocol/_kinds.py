@@ -17,6 +17,8 @@ __all__ = ["CARRIED_ITEM_TYPES", "INPUT_ITEM_PREFIX"]
 INPUT_ITEM_PREFIX: dict[str, str] = {
     **{kind.name: kind.prefix for kind in KINDS.values()},
     "function_call_output": "fco",
+    "custom_tool_call_output": "ctco",
+    "additional_tools": "at",
     "mcp_approval_response": "mcpar",
 }
 

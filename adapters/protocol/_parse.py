@@ -10,7 +10,15 @@ import attrs
 import cattrs
 from cattrs.gen import make_dict_structure_fn
 
-from streamfold.statemachine import FunctionTool, ReasoningConfig
+from streamfold.statemachine import (
+    CustomTool,
+    CustomToolFormat,
+    CustomToolGrammar,
+    CustomToolText,
+    FunctionTool,
+    NamespaceTool,
+    ReasoningConfig,
+)
 from streamfold.statemachine._controls import (
     HOSTED_CHOICES,
     FormatJsonObject,
@@ -30,12 +38,15 @@ from ._errors import RequestError
 from ._input import INPUT_ITEM_TYPES, InputItem, MessageInput, TextPart
 from ._request import CreateRequest, RequestTool, ToolChoice
 from ._tools import (
+    HOSTED_TOOL_TYPES,
     SERVER_TOOL_TYPES,
     AllowedTools,
     AllowedToolsFilter,
     ApprovalFilterParam,
     Container,
+    HostedToolParam,
     RequireApproval,
+    ToolSearchParam,
 )
 
 __all__ = ["parse_create_request", "parse_input_items"]
@@ -122,17 +133,50 @@ def _input(value: Any, _: Any) -> Any:
     return _converter.structure(value, tuple[InputItem, ...])
 
 
+_CLIENT_TOOLS: dict[Any, type] = {
+    "function": FunctionTool,
+    "custom": CustomTool,
+    "namespace": NamespaceTool,
+}
+
+
 def _tool(value: Any, _: Any) -> RequestTool:
     if not isinstance(value, Mapping):
         raise TypeError(f"expected an object, got {_json_type(value)}")
     tag = value.get("type")
     if tag == "function":
         return _function_tool(value, FunctionTool)
+    if isinstance(tag, str) and tag in _CLIENT_TOOLS:
+        client: RequestTool = _converter.structure(value, _CLIENT_TOOLS[tag])
+        return client
+    if tag == "tool_search":
+        return _converter.structure(value, ToolSearchParam)
+    if isinstance(tag, str) and tag in HOSTED_TOOL_TYPES:
+        return HostedToolParam(type=tag, spec=dict(value))
     if isinstance(tag, str) and tag in SERVER_TOOL_TYPES:
         structured: RequestTool = _converter.structure(value, SERVER_TOOL_TYPES[tag])
         return structured
-    supported = ", ".join(sorted(("function", *SERVER_TOOL_TYPES)))
+    supported = ", ".join(
+        sorted((*_CLIENT_TOOLS, "tool_search", *SERVER_TOOL_TYPES, *HOSTED_TOOL_TYPES))
+    )
     raise ValueError(f"unsupported tool type {tag!r}; supported: {supported}")
+
+
+def _tagged(choices: dict[Any, type], what: str) -> Any:
+    def hook(value: Any, _: Any) -> Any:
+        if not isinstance(value, Mapping):
+            raise TypeError(f"expected an object, got {_json_type(value)}")
+        cls = choices.get(value.get("type"))
+        if cls is None:
+            raise ValueError(
+                f"unsupported {what} type {value.get('type')!r}; expected one of "
+                + ", ".join(sorted(choices))
+            )
+        if cls is FunctionTool:
+            return _function_tool(value, FunctionTool)
+        return _converter.structure(value, cls)
+
+    return hook
 
 
 def _names_or(kind: type) -> Any:
@@ -218,6 +262,19 @@ def _strings(value: Any, _: Any) -> tuple[str, ...]:
 
 
 _exactly(tuple[str, ...], _strings)
+_exactly(
+    CustomToolFormat | None,
+    lambda v, t: (
+        None
+        if v is None
+        else _tagged({"text": CustomToolText, "grammar": CustomToolGrammar}, "format")(v, t)
+    ),
+)
+_exactly(
+    FunctionTool | CustomTool,
+    _tagged({"function": FunctionTool, "custom": CustomTool}, "namespace tool"),
+)
+_exactly(FunctionTool | CustomTool | NamespaceTool, _tagged(_CLIENT_TOOLS, "tool"))
 _function_tool = make_dict_structure_fn(FunctionTool, _converter)
 _exactly(
     dict[str, object] | None,

@@ -21,7 +21,9 @@ from typing import Literal, TypeAlias
 import attrs
 
 from streamfold.statemachine import (
+    CustomTool,
     FunctionTool,
+    NamespaceTool,
     ReasoningConfig,
     TextConfig,
     ToolChoiceAllowed,
@@ -31,13 +33,14 @@ from streamfold.statemachine import (
     ToolChoiceMcp,
 )
 
-from ._input import InputItem
-from ._tools import ServerToolParam
+from ._input import AdditionalToolsInput, InputItem
+from ._tools import HostedToolParam, ServerToolParam, ToolSearchParam
 
 __all__ = [
     "INCLUDABLE",
     "LOGPROBS_INCLUDE",
     "MAX_TOP_LOGPROBS",
+    "ClientTool",
     "CreateRequest",
     "RequestTool",
     "ToolChoice",
@@ -62,7 +65,9 @@ INCLUDABLE = frozenset(
 )
 MAX_TOP_LOGPROBS = 20
 
-RequestTool: TypeAlias = FunctionTool | ServerToolParam
+#: The tools the client runs: the model's calls to them end the response.
+ClientTool: TypeAlias = FunctionTool | CustomTool | NamespaceTool
+RequestTool: TypeAlias = ClientTool | ServerToolParam | ToolSearchParam | HostedToolParam
 ToolChoice: TypeAlias = (
     Literal["auto", "none", "required"]
     | ToolChoiceFunction
@@ -71,6 +76,9 @@ ToolChoice: TypeAlias = (
     | ToolChoiceCustom
     | ToolChoiceHosted
 )
+
+
+_SERVER_TOOLS = ServerToolParam.__args__
 
 
 @attrs.frozen(kw_only=True)
@@ -104,9 +112,22 @@ class CreateRequest:
         return tuple(tool for tool in self.tools if isinstance(tool, FunctionTool))
 
     @property
+    def client_tools(self) -> tuple[ClientTool, ...]:
+        """The tools the client runs, the request's own and those `additional_tools` input
+        items add (harmony lists every tool once, at the start of the conversation)."""
+        added = (
+            tool
+            for item in (self.input if isinstance(self.input, tuple) else ())
+            if isinstance(item, AdditionalToolsInput)
+            for tool in item.tools
+        )
+        own = (t for t in self.tools if isinstance(t, FunctionTool | CustomTool | NamespaceTool))
+        return (*own, *added)
+
+    @property
     def server_tools(self) -> tuple[ServerToolParam, ...]:
         """The tools the server runs for the model (the agent loop's)."""
-        return tuple(tool for tool in self.tools if not isinstance(tool, FunctionTool))
+        return tuple(tool for tool in self.tools if isinstance(tool, _SERVER_TOOLS))
 
     @property
     def logprobs(self) -> bool:

@@ -17,6 +17,9 @@ from urllib.parse import urlparse
 import attrs
 
 __all__ = [
+    "HOSTED_TOOL_TYPES",
+    "LABEL",
+    "RESERVED_LABELS",
     "SERVER_TOOL_TYPES",
     "AllowedTools",
     "AllowedToolsFilter",
@@ -24,9 +27,11 @@ __all__ = [
     "ApprovalToolNames",
     "CodeInterpreterParam",
     "Container",
+    "HostedToolParam",
     "McpParam",
     "RequireApproval",
     "ServerToolParam",
+    "ToolSearchParam",
     "WebSearchParam",
     "check_server_tools",
 ]
@@ -104,6 +109,42 @@ SERVER_TOOL_TYPES: dict[str, type] = {
     "code_interpreter": CodeInterpreterParam,
     **dict.fromkeys(get_args(WebSearchType), WebSearchParam),
 }
+
+
+@attrs.frozen(kw_only=True)
+class ToolSearchParam:
+    """`{"type": "tool_search"}`: the model searches deferred tools. With `execution: "client"`
+    the client runs the search; gpt-oss was not trained on it, so it is accepted and left out
+    of the prompt (the client's own tools still work)."""
+
+    type: Literal["tool_search"]
+    execution: Literal["server", "client"] | None = None
+    description: str | None = None
+    parameters: dict[str, object] | None = None
+
+
+#: The API's hosted tools that this server never runs: a request may name them (Codex's
+#: default configuration does); they are left out of the prompt, or refused where the
+#: operator says so (`streamfold serve --refuse-unserved-tools`).
+HOSTED_TOOL_TYPES = frozenset(
+    {
+        "file_search",
+        "computer",
+        "computer_use_preview",
+        "image_generation",
+        "local_shell",
+        "shell",
+        "apply_patch",
+    }
+)
+
+
+@attrs.frozen(kw_only=True)
+class HostedToolParam:
+    """A hosted tool this server has no backend for (`HOSTED_TOOL_TYPES`), kept as it was sent."""
+
+    type: str
+    spec: dict[str, object] = attrs.field(factory=dict, eq=False)
 
 
 # Headers a request may not set on the server's MCP requests: hop-by-hop ones (RFC 9110 7.6.1),

@@ -20,7 +20,7 @@ from streamfold.engines import GenerationRequest, SamplingParams
 from streamfold.statemachine import ReasoningConfig, Response
 from streamfold.statemachine._grammar import Grammar
 
-from ..agent._config import AgentConfig, AgentRun, prepare_agent
+from ..agent._config import AgentConfig, AgentRun, prepare_agent, served_tools
 from ..protocol import (
     CreateRequest,
     RequestError,
@@ -100,6 +100,7 @@ async def prepare(
             f"{request.max_output_tokens}",
             param="max_output_tokens",
         )
+    request = served_tools(request, agent_config)
     agent = prepare_agent(request, agent_config, len(own))
     check_bodies(request)
     try:
@@ -134,7 +135,7 @@ async def prepare(
         status="in_progress",
         parallel_tool_calls=request.parallel_tool_calls,
         tool_choice=request.tool_choice,
-        tools=request.function_tools,
+        tools=request.client_tools,
         instructions=request.instructions,
         metadata=request.metadata,
         temperature=sampling.temperature,

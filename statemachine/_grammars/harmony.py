@@ -24,6 +24,7 @@ from typing import Any, Literal
 
 import attrs
 
+from .. import _model as m
 from .._fast import replacer, updater
 from .._grammar import ResponseState, close_open, open_next, replace_state
 from .._items import ItemKind, Out, append_bytes, append_text, grow
@@ -45,6 +46,45 @@ class HarmonyParse:
     header: Rope = None  # token ids of the header so far
     header_bytes: int = 0
     role_pending: bool = False
+
+
+#: Where a header sends its message: the item kind, its name, its server label (a client
+#: tool's namespace, for function and custom calls) and a message's phase.
+Route = tuple[ItemKind, str | None, str | None, Literal["commentary", "final_answer"] | None]
+
+
+def client_call(tools: tuple[Any, ...], recipient: str) -> Route | None:
+    """The route of a call to one of the response's client-side tools, or None.
+
+    `functions.NAME` (or a bare declared name) is a function call, or a custom tool call when
+    NAME is a `custom` tool, whose input is the raw text the model writes; `NS.NAME`, where NS
+    is a `namespace` tool, is a call of NAME in NS. An undeclared `functions.NAME` is still
+    a function call (bug 52): only `functions` is the client's namespace by definition.
+    """
+    space, dot, name = recipient.partition(".")
+    if dot and space != "functions":
+        for tool in tools:
+            if isinstance(tool, m.NamespaceTool) and tool.name == space:
+                for inner in tool.tools:
+                    if inner.name == name:
+                        kind: ItemKind = (
+                            "custom_tool_call"
+                            if isinstance(inner, m.CustomTool)
+                            else "function_call"
+                        )
+                        return kind, name, space, None
+                return "function_call", name, space, None
+        return None
+    if not dot:
+        name = recipient
+    for tool in tools:
+        if isinstance(tool, m.CustomTool) and tool.name == name:
+            return "custom_tool_call", name, None, None
+        if isinstance(tool, m.FunctionTool) and tool.name == name:
+            return "function_call", name, None, None
+    if dot:
+        return "function_call", name, None, None
+    return None
 
 
 _EXPECT_START = HarmonyParse(phase="expect_start")
@@ -196,22 +236,22 @@ class HarmonyGrammar:
 
     def _open(self, state: ResponseState, out: Out, header: Header) -> ResponseState:
         kind, name, label, phase = self._route(state, header)
-        item = open_next(out, state, kind, name=name, server_label=label, phase=phase)
+        if kind in ("function_call", "custom_tool_call") and label is not None:
+            # A client tool's `label` is its namespace tool (`NAMESPACE.tool`).
+            item = open_next(out, state, kind, name=name, namespace=label)
+        else:
+            item = open_next(out, state, kind, name=name, server_label=label, phase=phase)
         return replace_state(state, open=item)
 
-    def _route(
-        self, state: ResponseState, header: Header
-    ) -> tuple[ItemKind, str | None, str | None, Literal["commentary", "final_answer"] | None]:
+    def _route(self, state: ResponseState, header: Header) -> Route:
         recipient = header.recipient
         offered = state.response.tools or state.server_tools
         if self.ignore_recipients_without_tools and not offered:
             recipient = None
         if recipient is not None:
-            declared = {tool.name for tool in state.response.tools}
-            if recipient.startswith("functions."):
-                return "function_call", recipient.removeprefix("functions."), None, None
-            if recipient in declared:
-                return "function_call", recipient, None, None
+            called = client_call(state.response.tools, recipient)
+            if called is not None:
+                return called
             if recipient == "browser" or recipient.startswith("browser."):
                 return "web_search_call", recipient.partition(".")[2] or None, None, None
             if recipient == "python" or recipient.startswith("python."):

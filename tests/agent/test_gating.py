@@ -1,5 +1,8 @@
-"""Each server-side tool is off until the operator enables it: a request asking for one gets a
-400 naming the tool, over the real socket, before anything runs."""
+"""Each server-side tool is off until the operator enables it. Where the operator refuses tools
+it does not run (`refuse_unserved_tools`, `serve --refuse-unserved-tools`), a request asking for
+one gets a 400 naming the tool, over the real socket, before anything runs; by default such a
+tool is left out of the prompt and the request runs (issue 31: Codex's default configuration
+sends `web_search`)."""
 
 from __future__ import annotations
 
@@ -22,7 +25,7 @@ MCP = {"type": "mcp", "server_label": "demo", "server_url": "http://127.0.0.1:9/
 @pytest.fixture(scope="module")
 def client() -> Iterator[OpenAI]:
     source = ScriptedAgentSource({"m": ["<|channel|>final<|message|>hi<|return|>"]})
-    config = AgentConfig(mcp_allow=("https://tools.example.org/",))
+    config = AgentConfig(mcp_allow=("https://tools.example.org/",), refuse_unserved_tools=True)
     app = create_app(source.engine(), store=MemoryEventStore(), agent=config)
     with serve(app) as url:
         yield OpenAI(base_url=f"{url}/v1", api_key="x", max_retries=0, timeout=30)
@@ -69,3 +72,31 @@ def test_an_approval_answer_needs_its_request(client: OpenAI) -> None:
 def test_plain_responses_are_unchanged(client: OpenAI) -> None:
     response = client.responses.create(model="m", input="hi")
     assert response.output_text == "hi"
+
+
+@pytest.mark.parametrize(
+    "tool",
+    [
+        {"type": "web_search", "external_web_access": False},
+        {"type": "web_search", "search_content_types": ["text", "image"]},
+        {"type": "web_search_preview"},
+        {"type": "code_interpreter", "container": {"type": "auto"}},
+        {"type": "image_generation"},
+        {"type": "tool_search", "execution": "client"},
+        {"type": "file_search", "vector_store_ids": ["vs_1"]},
+    ],
+)
+def test_unserved_hosted_tools_are_left_out_by_default(tool: dict[str, Any]) -> None:
+    """Issue 31: Codex's default configuration failed at its first request, a 400 for
+    `web_search` (no browser backend). By default the tool is left out of the prompt and the
+    request runs; the client's own function tools are still offered."""
+    source = ScriptedAgentSource({"m": ["<|channel|>final<|message|>hi<|return|>"]})
+    app = create_app(source.engine(), store=MemoryEventStore(), agent=AgentConfig())
+    function = {"type": "function", "name": "exec_command", "parameters": {"type": "object"}}
+    with serve(app) as url:
+        client = OpenAI(base_url=f"{url}/v1", api_key="x", max_retries=0, timeout=30)
+        response = client.responses.create(model="m", input="hi", tools=[tool, function])  # type: ignore[list-item]
+    assert response.output_text == "hi"
+    (prompt,) = source.prompts("m")
+    assert "exec_command" in prompt
+    assert "## browser" not in prompt and "## python" not in prompt

@@ -74,7 +74,7 @@ def test_every_server_tool_type_and_max_tool_calls() -> None:
         ({**MCP, "require_approval": "sometimes"}, "tools[1].require_approval", "'always'"),
         ({**MCP, "allowed_tools": "add"}, "tools[1].allowed_tools", "array of tool names"),
         ({**MCP, "server_url": 5}, "tools[1].server_url", "expected a string"),
-        ({"type": "file_search"}, "tools[1]", "unsupported tool type 'file_search'"),
+        ({"type": "no_such_tool"}, "tools[1]", "unsupported tool type 'no_such_tool'"),
         ({"type": "code_interpreter", "container": 3}, "tools[1].container", "an object"),
     ],
 )

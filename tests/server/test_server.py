@@ -359,7 +359,7 @@ def test_a_response_still_streaming_to_its_client_cannot_be_deleted(server: Serv
             },
             "input[0].call_id",
         ),
-        ({"model": "greeting", "input": "hi", "tools": [{"type": "file_search"}]}, "tools[0]"),
+        ({"model": "greeting", "input": "hi", "tools": [{"type": "no_such_tool"}]}, "tools[0]"),
         (
             {"model": "greeting", "input": "hi", "tool_choice": {"type": "function", "name": "f"}},
             "tool_choice.name",

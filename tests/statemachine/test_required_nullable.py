@@ -100,6 +100,9 @@ EMPTIEST: dict[type, Any] = {
     m.ResponseFunctionToolCall: m.ResponseFunctionToolCall(
         id="fc_1", call_id="call_1", name="f", arguments="{}"
     ),
+    m.ResponseCustomToolCall: m.ResponseCustomToolCall(
+        id="ctc_1", call_id="call_1", name="apply_patch", input=""
+    ),
     m.ResponseFunctionWebSearch: m.ResponseFunctionWebSearch(
         id="ws_1", action=m.ActionSearch(), status="completed"
     ),

@@ -1,0 +1,192 @@
+"""Issue 31: the tool types Codex's default configuration sends, end to end over the real
+socket with the official SDK: `namespace` tools (harmony namespaces; a call's namespace comes
+back on its `function_call`), `custom` tools (`custom_tool_call` items with
+`custom_tool_call_input` events, the raw text as `input`; a grammar that does not compile is a
+400), `additional_tools` input items, and each call's output sent back."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import openai
+import pytest
+from openai import OpenAI
+
+from streamfold.adapters.agent._config import AgentConfig
+from streamfold.adapters.server import MemoryEventStore, create_app
+from tests.server.serving import serve
+
+from .scripted import ScriptedAgentSource
+
+SPAWN = {
+    "type": "namespace",
+    "name": "multi_agent_v1",
+    "description": "Spawn and manage sub-agents.",
+    "tools": [
+        {
+            "type": "function",
+            "name": "spawn_agent",
+            "description": "Start a sub-agent.",
+            "parameters": {"type": "object", "properties": {"task": {"type": "string"}}},
+            "strict": False,
+        }
+    ],
+}
+PATCH_GRAMMAR = """start: begin_patch hunk+ end_patch
+begin_patch: "*** Begin Patch" LF
+end_patch: "*** End Patch" LF?
+hunk: add_hunk
+add_hunk: "*** Add File: " filename LF add_line+
+filename: /(.+)/
+add_line: "+" /(.*)/ LF -> line
+%import common.LF
+"""
+APPLY_PATCH = {
+    "type": "custom",
+    "name": "apply_patch",
+    "description": "Edit files with a patch.",
+    "format": {"type": "grammar", "syntax": "lark", "definition": PATCH_GRAMMAR},
+}
+PATCH = "*** Begin Patch\n*** Add File: hello.txt\n+hello\n*** End Patch\n"
+SCRIPTS = {
+    "spawn": [
+        "<|channel|>commentary to=multi_agent_v1.spawn_agent <|constrain|>json"
+        '<|message|>{"task":"count"}<|call|>'
+    ],
+    "patch": [f"<|channel|>commentary to=functions.apply_patch<|message|>{PATCH}<|call|>"],
+    "spawned": ["<|channel|>final<|message|>spawned<|return|>"],
+    "patched": ["<|channel|>final<|message|>patched<|return|>"],
+}
+
+
+@pytest.fixture
+def served() -> Iterator[tuple[OpenAI, ScriptedAgentSource]]:
+    source = ScriptedAgentSource(SCRIPTS)
+    app = create_app(source.engine(), store=MemoryEventStore(), agent=AgentConfig())
+    with serve(app) as url:
+        yield OpenAI(base_url=f"{url}/v1", api_key="x", max_retries=0, timeout=30), source
+
+
+def test_a_namespace_tool_is_a_harmony_namespace_and_its_call_keeps_it(
+    served: tuple[OpenAI, ScriptedAgentSource],
+) -> None:
+    """Codex's first request failed with 400 `unsupported tool type 'namespace'`."""
+    client, source = served
+    first = client.responses.create(model="spawn", input="spawn one", tools=[SPAWN])  # type: ignore[list-item]
+    (call,) = [item for item in first.output if item.type == "function_call"]
+    assert (call.name, call.namespace, call.arguments) == (
+        "spawn_agent",
+        "multi_agent_v1",
+        '{"task":"count"}',
+    )
+    assert [tool.type for tool in first.tools] == ["namespace"]
+    second = client.responses.create(
+        model="spawned",
+        input=[
+            {"role": "user", "content": "spawn one"},
+            call.model_dump(exclude_none=True),  # type: ignore[list-item]
+            {"type": "function_call_output", "call_id": call.call_id, "output": "agent 7"},
+        ],
+        tools=[SPAWN],  # type: ignore[list-item]
+    )
+    assert second.output_text == "spawned"
+    (head,), (again,) = source.prompts("spawn"), source.prompts("spawned")
+    assert "namespace multi_agent_v1 {" in head and "type spawn_agent" in head
+    assert "to=multi_agent_v1.spawn_agent" in again
+    assert "<|start|>multi_agent_v1.spawn_agent to=assistant" in again
+
+
+def test_a_custom_tool_call_streams_its_raw_input(
+    served: tuple[OpenAI, ScriptedAgentSource],
+) -> None:
+    client, source = served
+    events = list(
+        client.responses.create(model="patch", input="add hello", tools=[APPLY_PATCH], stream=True)  # type: ignore[list-item]
+    )
+    types = [event.type for event in events]
+    assert "response.custom_tool_call_input.delta" in types
+    (done,) = [e for e in events if e.type == "response.custom_tool_call_input.done"]
+    assert done.input == PATCH
+    final = events[-1].response  # type: ignore[union-attr]
+    (call,) = final.output
+    assert call.type == "custom_tool_call" and call.name == "apply_patch" and call.input == PATCH
+    assert final.tools[0].type == "custom"
+    (prompt,) = source.prompts("patch")
+    assert "type apply_patch" in prompt and "Freeform tool" in prompt
+    assert 'begin_patch: "*** Begin Patch" LF' in prompt
+    second = client.responses.create(
+        model="patched",
+        input=[
+            {"role": "user", "content": "add hello"},
+            call.model_dump(exclude_none=True),  # type: ignore[list-item]
+            {"type": "custom_tool_call_output", "call_id": call.call_id, "output": "Done!"},
+        ],
+        tools=[APPLY_PATCH],  # type: ignore[list-item]
+    )
+    assert second.output_text == "patched"
+    (again,) = source.prompts("patched")
+    assert f"to=functions.apply_patch<|channel|>commentary<|message|>{PATCH}<|call|>" in again
+    assert "<|start|>functions.apply_patch to=assistant<|channel|>commentary<|message|>Done!" in (
+        again
+    )
+
+
+def test_additional_tools_join_the_request_tools(
+    served: tuple[OpenAI, ScriptedAgentSource],
+) -> None:
+    """Codex's code-mode models send their namespaces in an `additional_tools` input item."""
+    client, source = served
+    response = client.responses.create(
+        model="spawn",
+        input=[
+            {"type": "additional_tools", "role": "developer", "tools": [SPAWN]},
+            {"role": "user", "content": "spawn one"},
+        ],  # type: ignore[list-item]
+    )
+    (call,) = [item for item in response.output if item.type == "function_call"]
+    assert call.namespace == "multi_agent_v1"
+    assert "namespace multi_agent_v1 {" in source.prompts("spawn")[0]
+
+
+@pytest.mark.parametrize(
+    ("tools", "param"),
+    [
+        (
+            [{**APPLY_PATCH, "format": {**APPLY_PATCH["format"], "definition": "start: nope"}}],
+            "tools[0].format.definition",
+        ),
+        (
+            [
+                {
+                    "type": "custom",
+                    "name": "x",
+                    "format": {"type": "grammar", "syntax": "regex", "definition": "[a-"},
+                }
+            ],
+            "tools[0].format.definition",
+        ),
+        ([SPAWN, {**SPAWN, "description": "again"}], "tools[1].name"),
+        ([{**SPAWN, "name": "functions"}], "tools[0].name"),
+        ([{**SPAWN, "name": "a.b"}], "tools[0].name"),
+        ([{"type": "custom", "name": "f"}, {"type": "function", "name": "f"}], "tools[1].name"),
+        ([{"type": "computer_use_2099"}], "tools[0]"),
+    ],
+)
+def test_bad_client_tools_are_400s_naming_the_param(
+    served: tuple[OpenAI, ScriptedAgentSource], tools: list[dict[str, Any]], param: str
+) -> None:
+    client, _ = served
+    with pytest.raises(openai.BadRequestError) as caught:
+        client.responses.create(model="patch", input="hi", tools=tools)  # type: ignore[arg-type]
+    assert caught.value.body["param"] == param  # type: ignore[index]
+
+
+def test_a_custom_call_output_needs_its_call(served: tuple[OpenAI, ScriptedAgentSource]) -> None:
+    client, _ = served
+    with pytest.raises(openai.BadRequestError) as caught:
+        client.responses.create(
+            model="patch",
+            input=[{"type": "custom_tool_call_output", "call_id": "call_1", "output": "x"}],  # type: ignore[list-item]
+        )
+    assert caught.value.body["param"] == "input[0].call_id"  # type: ignore[index]
