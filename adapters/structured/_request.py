@@ -28,9 +28,12 @@ from typing import Any
 import attrs
 
 from streamfold.statemachine import (
+    CustomTool,
+    CustomToolGrammar,
     FormatJsonObject,
     FormatJsonSchema,
     FunctionTool,
+    NamespaceTool,
     ToolChoiceAllowed,
     ToolChoiceCustom,
     ToolChoiceFunction,
@@ -40,7 +43,7 @@ from streamfold.statemachine import (
 
 from ..protocol import CreateRequest, RequestError
 from ..protocol._tools import CodeInterpreterParam, McpParam, WebSearchParam
-from ._shape import Body, Call, JsonBody, Shape, TextBody
+from ._shape import Body, Call, JsonBody, LarkBody, RegexBody, Shape, TextBody
 
 __all__ = ["check_bodies", "shape_for"]
 
@@ -57,16 +60,31 @@ def _answer(request: CreateRequest) -> Body:
     return TextBody()
 
 
-def _tool_calls(tool: Any) -> Iterator[tuple[Call, dict[str, Any]]]:
+def _custom_body(tool: CustomTool) -> Body:
+    fmt = tool.format
+    if isinstance(fmt, CustomToolGrammar):
+        if fmt.syntax == "lark":
+            return LarkBody(definition=fmt.definition)
+        return RegexBody(pattern=fmt.definition)
+    return TextBody()
+
+
+def _tool_calls(tool: Any, space: str = "functions") -> Iterator[tuple[Call, dict[str, Any]]]:
     """Each call a tool offers, with the `tool_choice` entries that name it."""
     if isinstance(tool, FunctionTool):
-        body: Body = (
-            JsonBody(schema=tool.parameters or _OBJECT) if tool.strict else TextBody()
-        )
+        body: Body = JsonBody(schema=tool.parameters or _OBJECT) if tool.strict else TextBody()
         yield (
-            Call(recipient=f"functions.{tool.name}", body=body),
+            Call(recipient=f"{space}.{tool.name}", body=body),
             {"type": "function", "name": tool.name},
         )
+    elif isinstance(tool, CustomTool):
+        yield (
+            Call(recipient=f"{space}.{tool.name}", body=_custom_body(tool)),
+            {"type": "custom", "name": tool.name},
+        )
+    elif isinstance(tool, NamespaceTool):
+        for inner in tool.tools:
+            yield from _tool_calls(inner, tool.name)
     elif isinstance(tool, McpParam):
         yield (
             Call(recipient=f"{tool.server_label}.", any_name=True, body=TextBody()),
@@ -107,11 +125,17 @@ def _mcp_named(call: Call, choice: Any) -> Call:
 def shape_for(request: CreateRequest, *, after_call: bool = False) -> Shape:
     """The shape `request` asks for (see the module docstring); not yet budgeted."""
     answer = _answer(request)
-    offered = [pair for tool in request.tools for pair in _tool_calls(tool)]
+    offered = [
+        pair
+        for tool in (*request.client_tools, *request.server_tools)
+        for pair in _tool_calls(tool)
+    ]
     calls = tuple(call for call, _ in offered)
     choice = request.tool_choice
-    if after_call and choice != "none" and not (
-        isinstance(choice, ToolChoiceAllowed) and choice.mode == "auto"
+    if (
+        after_call
+        and choice != "none"
+        and not (isinstance(choice, ToolChoiceAllowed) and choice.mode == "auto")
     ):
         choice = "auto"
     if choice == "none":

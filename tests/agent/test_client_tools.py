@@ -14,7 +14,11 @@ import pytest
 from openai import OpenAI
 
 from streamfold.adapters.agent._config import AgentConfig
+from streamfold.adapters.protocol import parse_create_request
 from streamfold.adapters.server import MemoryEventStore, create_app
+from streamfold.adapters.structured import LarkBody, harmony_grammar
+from streamfold.adapters.structured._request import shape_for
+from streamfold.engines.guidance import validate_grammar
 from tests.server.serving import serve
 
 from .scripted import ScriptedAgentSource
@@ -190,3 +194,31 @@ def test_a_custom_call_output_needs_its_call(served: tuple[OpenAI, ScriptedAgent
             input=[{"type": "custom_tool_call_output", "call_id": "call_1", "output": "x"}],  # type: ignore[list-item]
         )
     assert caught.value.body["param"] == "input[0].call_id"  # type: ignore[index]
+
+
+def test_a_custom_tool_named_by_tool_choice_is_held_to_its_grammar() -> None:
+    """`tool_choice: {type: custom}` was a 400 for any name; now the shape's one call is the
+    custom tool, its input held to its Lark grammar (one llguidance grammar compiles)."""
+    request = parse_create_request(
+        {
+            "model": "m",
+            "input": "hi",
+            "tools": [APPLY_PATCH, SPAWN],
+            "tool_choice": {"type": "custom", "name": "apply_patch"},
+        }
+    )
+    shape = shape_for(request)
+    assert shape.answer is None and shape.calls is not None
+    (call,) = shape.calls
+    assert call.recipient == "functions.apply_patch"
+    assert call.body == LarkBody(definition=PATCH_GRAMMAR)
+    assert validate_grammar(harmony_grammar(shape)) is None
+    anything = shape_for(parse_create_request({**request_body(), "tool_choice": "required"}))
+    assert {c.recipient for c in anything.calls or ()} == {
+        "functions.apply_patch",
+        "multi_agent_v1.spawn_agent",
+    }
+
+
+def request_body() -> dict[str, Any]:
+    return {"model": "m", "input": "hi", "tools": [APPLY_PATCH, SPAWN]}
