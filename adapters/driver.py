@@ -190,9 +190,8 @@ class Generation:
 
     `batches()` yields the events of `start`, then one list per source chunk (the events of all
     its tokens), or per run of up to `max_batch_chunks` chunks that the source had ready at
-    once (see the module docstring), then those of `finish`. Chunks the source holds before
-    the first batch share it with the events of `start` (and a whole response already held,
-    up to the cap, is one batch). A consumer that records batches
+    once (see the module docstring), then those of `finish`. The events of `start` are a batch
+    of their own, whatever the source holds already. A consumer that records batches
     whole never stores half a step. When the consumer stops early, `close(reason, message)`
     still gives the terminal events (e.g. to write a `cancelled` response to a log); it
     returns `[]` once the response is finished.
@@ -291,10 +290,17 @@ class Generation:
         try:
             chunks = self.source.generate(self.request if request is None else request)
             take: Callable[[int], list[TokenChunk]] | None = getattr(chunks, "take_ready", None)
-            # A source that already holds chunks (replay; an engine whose consumer lags) gives
-            # them with the opening events, in one batch (one log group, one write); one that
-            # holds none (an engine still in prefill) lets the opening events go out at once.
-            end = None if take is None else self._step_all(take(self.max_batch_chunks), pending)
+            # The opening events go out alone, first, even when the source already holds
+            # chunks (replay; an engine whose consumer lags): a client's first event then waits
+            # for one small commit and write, not for a batch of up to the cap (at 10 streams
+            # that batch had the first event 2x later than a server sending each event alone).
+            # A later generation of a response takes what the source holds at once.
+            end = None
+            if pending:
+                batch, pending = pending, []
+                yield batch
+            elif take is not None:
+                end = self._step_all(take(self.max_batch_chunks), pending)
             if end is None:
                 if pending:
                     batch, pending = pending, []

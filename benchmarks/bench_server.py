@@ -12,21 +12,22 @@ concurrency level N (rounds interleaved: every contender once per round):
 - the server process's CPU time per event (user + system, from /proc; Linux only), which
   moves far less than the wall-clock numbers when other work shares the machine.
 
-The trace is a harmony answer of `--tokens` text tokens, one token per chunk (the worst case
-for per-chunk overhead). Replay without a delay has every chunk ready at once, as an engine has
-when its consumer lags under load, so streamfold steps up to `driver.MAX_BATCH_CHUNKS` of them
-into one batch (one log commit, one write; `ReadyChunks`); the peer, like vLLM's server, sends
-each event as its own body write whatever its engine had ready. Contenders are named
-`SERVER[:HTTP[:LOOP]]`: SERVER `streamfold` (the app `streamfold serve` runs, with `--store`)
-or `peer` (`vllm_peer_server.py`: Starlette, the openai SDK's pydantic events,
-`model_dump_json` per event, one body write per event); HTTP `h11` or `httptools` (uvicorn's
-parsers; streamfold's with its header timeout, as `serve` runs them), or `granian` (granian's
-embedded ASGI server in place of uvicorn, where granian is installed: `pip install granian`);
-LOOP `asyncio` or `uvloop`. A bare name runs the stack `streamfold serve` uses (httptools and
-uvloop when installed). vLLM itself runs uvicorn with httptools and uvloop. By default each
-request has a connection of its own (`Connection: close`); `--keep-alive` gives each concurrent
-client one kept-alive connection for all its requests, as a client's connection pool does. Run
-from the repository root:
+The trace is a harmony answer of `--tokens` text tokens, one token per chunk (the worst case for
+per-chunk overhead). Replay without a delay has every chunk ready at once, as an engine has when
+its consumer lags under load, so streamfold steps up to `driver.MAX_BATCH_CHUNKS` of them into one
+batch (one log commit, one write; `ReadyChunks`); the peer, like vLLM's server, sends each event as
+its own body write whatever its engine had ready. Contenders are named `SERVER[:HTTP[:LOOP]]`:
+SERVER `streamfold` (the app `streamfold serve` runs, with `--store`) or `peer`
+(`vllm_peer_server.py`: Starlette, the openai SDK's pydantic events, `model_dump_json` per event,
+one body write per event); HTTP `h11` or `httptools` (uvicorn's parsers; streamfold's with its
+header timeout, as `serve` runs them), or `granian` (granian's embedded ASGI server in place of
+uvicorn, where granian is installed: `pip install granian`); LOOP `asyncio` or `uvloop`;
+`streamfold@DIR` imports streamfold from DIR (an A/B against a baseline installed there with `pip
+install --no-deps --target DIR <checkout>`). A bare name runs the stack `streamfold serve` uses
+(httptools and uvloop when installed). vLLM itself runs uvicorn with httptools and uvloop. By
+default each request has a connection of its own (`Connection: close`); `--keep-alive` gives each
+concurrent client one kept-alive connection for all its requests, as a client's connection pool
+does. Run from the repository root:
 
     python benchmarks/bench_server.py [--concurrency 10 200] [--streams 2000] [--rounds 3]
         [--tokens 100] [--store sqlite|memory] [--keep-alive]
@@ -263,15 +264,19 @@ def start_server(
     contender: str, traces: Path, store: str, index: int
 ) -> tuple[subprocess.Popen[bytes], int]:
     server, http, loop = [*contender.split(":"), "default", "default"][:3]
+    server, _, package_dir = server.partition("@")
     if server not in ("streamfold", "peer"):
         raise SystemExit(f"unknown contender {contender!r}: streamfold or peer[:HTTP[:LOOP]]")
+    env = dict(os.environ)
+    if package_dir:  # e.g. a baseline: pip install --no-deps --target DIR <checkout>
+        env["PYTHONPATH"] = os.pathsep.join(filter(None, [package_dir, env.get("PYTHONPATH")]))
     port = free_port()
     command = [
         sys.executable, __file__, "--serve", f"{server}:{http}:{loop}", "--traces", str(traces),
         "--port", str(port), "--store", store,
         "--store-path", str(traces / f"bench{index}.sqlite3"),
     ]  # fmt: skip
-    proc = subprocess.Popen(command, cwd=ROOT, env=dict(os.environ))
+    proc = subprocess.Popen(command, cwd=ROOT, env=env)
     deadline = time.monotonic() + 60
     while True:
         try:

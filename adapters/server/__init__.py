@@ -18,18 +18,20 @@ from ..registry import (
     bundled_traces_dir,
     replay_engine,
 )
-from ._app import EventStreamResponse, create_app
+from ._app import create_app
 from ._gc import serving_asyncio, tune_gc_for_serving
 from ._http import Parser, uvicorn_http
 from ._limits import ServerLimits
 from ._prepare import Prepared
 from ._service import ResponseService, ServiceNotRunningError
 from ._sqlite import SQLiteEventStore, StoreLockedError
+from ._sse import EventStreamResponse
 from ._store import (
     EventRecord,
     EventStore,
     InputStore,
     MemoryEventStore,
+    Records,
     StoredResponse,
     StoreError,
 )
@@ -46,6 +48,7 @@ __all__ = [
     "MemoryEventStore",
     "Parser",
     "Prepared",
+    "Records",
     "ReplayEngine",
     "RequestError",
     "ResponseService",

@@ -1,12 +1,12 @@
 """The ASGI app: `/v1/responses` routes over a `ResponseService`, as a mountable Starlette app.
 
-HTTP concerns only: status codes, the OpenAI error JSON, SSE framing on the wire, and noticing
-when a streaming client has gone. Every decision about a response is the service's.
+HTTP concerns only: status codes, the OpenAI error JSON, and noticing when a client has gone;
+streams are framed by the SSE transport (`_sse.py`). Every decision about a response is the
+service's.
 """
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import logging
 from collections.abc import AsyncIterator
@@ -18,7 +18,6 @@ from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import JSONResponse
 from starlette.routing import Route
-from starlette.types import Receive, Scope, Send
 
 from ..agent._config import AgentConfig
 from ..protocol import RequestError
@@ -27,86 +26,17 @@ from ._input_items import DEFAULT_LIMIT
 from ._limits import MAX_SAFE_INTEGER, ServerLimits, decode_body, read_body, shown
 from ._prepare import Prepared
 from ._readiness import Readiness, health
-from ._service import LastFrames, ResponseService, ServiceNotRunningError
+from ._service import ResponseService, ServiceNotRunningError
+from ._sse import EventStreamResponse
 from ._store import EventStore, MemoryEventStore
 
-__all__ = ["EventStreamResponse", "create_app"]
+__all__ = ["create_app"]
 
 log = logging.getLogger("streamfold.server")
 
 
 #: How often a non-streaming request checks that its client is still there.
 _DISCONNECT_POLL_S = 0.2
-
-_SSE_HEADERS = (
-    (b"content-type", b"text/event-stream; charset=utf-8"),
-    (b"cache-control", b"no-cache"),
-    (b"x-accel-buffering", b"no"),  # proxies must not buffer a live stream
-)
-
-
-class EventStreamResponse:
-    """`text/event-stream` whose body iterator is closed the moment the client goes away.
-
-    Starlette's `StreamingResponse` leaves a half-read generator to the garbage collector when
-    the client disconnects (uvicorn then drops writes silently), so the engine would keep
-    generating for nobody. Here a watcher waits for `http.disconnect` and cancels the stream,
-    and the body is closed (shielded) at once, which closes the driver and aborts the engine.
-    Bytes the body marks `LastFrames` end the body in the same write (no separate one for the
-    chunked encoding's end).
-    """
-
-    def __init__(self, body: AsyncIterator[bytes]) -> None:
-        self.body = body
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        await send({"type": "http.response.start", "status": 200, "headers": list(_SSE_HEADERS)})
-        try:
-            loop: asyncio.AbstractEventLoop | None = asyncio.get_running_loop()
-        except RuntimeError:  # trio
-            loop = None
-        if loop is None:
-            async with anyio.create_task_group() as tg:
-                tg.start_soon(_watch, receive, tg.cancel_scope)
-                await self._send_body(send)
-                tg.cancel_scope.cancel()
-            return
-        # On asyncio the watcher is a bare task, stopped by `cancel`: an anyio task group
-        # (spawn, cancel, join) cost ~100 us per stream, about 5% of a 100-token stream's CPU.
-        with anyio.CancelScope() as body_scope:
-            watcher = loop.create_task(_watch(receive, body_scope))
-            try:
-                await self._send_body(send)
-            finally:
-                watcher.cancel()
-
-    async def _send_body(self, send: Send) -> None:
-        try:
-            ended = False
-            async for chunk in self.body:
-                if ended:  # bytes after the last frames: the body is over, nothing else goes out
-                    break
-                ended = type(chunk) is LastFrames
-                await send({"type": "http.response.body", "body": chunk, "more_body": not ended})
-            if not ended:
-                await send({"type": "http.response.body", "body": b"", "more_body": False})
-        finally:
-            # After its last frames the body runs on to its own end (its cleanup, with no
-            # exception thrown in), so a body that finished has nothing left to close: no
-            # shielded scope (~4 us) for the usual stream. Any other is closed, shielded.
-            if getattr(self.body, "ag_frame", True) is not None:
-                with anyio.CancelScope(shield=True):
-                    await self.body.aclose()  # type: ignore[attr-defined]
-
-
-async def _watch(receive: Receive, body_scope: anyio.CancelScope) -> None:
-    """Cancel `body_scope` once the client has gone (or its connection failed)."""
-    try:
-        while (await receive())["type"] != "http.disconnect":
-            pass
-    except Exception:  # a broken connection: nobody reads the stream any more
-        log.debug("the connection of a stream failed; the stream ends", exc_info=True)
-    body_scope.cancel()
 
 
 def _error(exc: RequestError) -> JSONResponse:

@@ -1,6 +1,9 @@
 """Running responses: foreground streams, background tasks, followers, and cancellation.
 (A request becomes a `Prepared` run in `_prepare.py`; the write-ahead group commit is
-`_logwriter.py`; a run's in-memory side is `_run.py`.)
+`_logwriter.py`; a run's in-memory side is `_run.py`; reading logs is `_reading.py`.)
+
+The service hands out values, never bytes: each response as batches of its event records
+(`Records`), which each transport frames its own way (SSE: `_sse.py`).
 
 Every response, however it is served, goes through `_drive`: the driver's event batches are
 serialised once, committed to the event log (when the response is stored; `LogWriter` groups
@@ -35,26 +38,24 @@ import anyio
 import anyio.lowlevel
 from anyio.abc import TaskGroup, TaskStatus
 
-from streamfold.adapters.driver import Generation, sse_frame
+from streamfold.adapters.driver import Generation
 from streamfold.statemachine import Event, StreamfoldError
-from streamfold.statemachine._accel import row_frames
 from streamfold.statemachine._grammar import FinishReason
 
 from ..agent._config import AgentConfig
 from ..agent._loop import AgentGeneration, generation_for
 from ..protocol import RequestError
 from ..registry import Engine
-from ._conversation import conversation_of
-from ._input_items import input_item_page, listed_items
-from ._limits import ServerLimits, shown
+from ._limits import ServerLimits
 from ._logwriter import LogWriter
 from ._prepare import Prepared, new_response_id, prepare
+from ._reading import STORE_FAILED, follow, input_items, not_found, response_of, unreadable
 from ._recovery import damaged_responses, end_interrupted
 from ._render import Renderer
 from ._run import CLIENT_LEFT, Run
-from ._store import EventRecord, EventStore, InputStore, StoreError, records_of
+from ._store import EventRecord, EventStore, InputStore, Records, StoreError, records_of
 
-__all__ = ["CLIENT_LEFT", "LastFrames", "ResponseService", "Run", "ServiceNotRunningError"]
+__all__ = ["CLIENT_LEFT", "ResponseService", "Run", "ServiceNotRunningError"]
 
 log = logging.getLogger("streamfold.server")
 
@@ -62,9 +63,6 @@ CANCELLED = "the response was cancelled before it finished"
 SHUTDOWN = "the server shut down before the response finished"
 DELETED = "the response was deleted before it finished"
 
-#: Events per page when a stored log is streamed (a page is read, sent, then the next).
-PAGE_EVENTS = 256
-STORE_FAILED = "the response store failed, so the response was not stored"
 #: Responses whose store failed, remembered (without their output) for clients polling them.
 UNSTORED_KEPT = 1024
 
@@ -83,30 +81,6 @@ class _StoreFailed(Exception):
         super().__init__(str(error))
         self.records = records
         self.error = error
-
-
-class LastFrames(bytes):
-    """The last bytes of an event stream (they end with its terminal event): the HTTP layer
-    sends them together with the end of the body, one write instead of two."""
-
-
-def _frames(records: list[EventRecord]) -> bytes:
-    """SSE frames of records read back from a store (`sse_frame` checks each)."""
-    return b"".join(sse_frame(r.type, r.data) for r in records)
-
-
-def _live_frames(records: list[EventRecord]) -> bytes:
-    """SSE frames of records just made by `records_of` (`dumps`'s text), whose JSON is one line
-    (it escapes line breaks) and whose types are the API's: no checks needed, one encode for
-    the batch (the checked `sse_frame` per event cost 20x more; `row_frames` is compiled). A
-    terminal batch is `LastFrames`."""
-    frames = row_frames(records)
-    return LastFrames(frames) if records and records[-1].terminal else frames
-
-
-def _stored_frames(records: list[EventRecord]) -> bytes:
-    frames = _frames(records)
-    return LastFrames(frames) if records and records[-1].terminal else frames
 
 
 class ResponseService:
@@ -238,7 +212,7 @@ class ResponseService:
         records = failed.records + records_of(closing)
         run.publish(records)
         # Its clients may poll for it: they find it failed, for the last UNSTORED_KEPT such.
-        response = _response_of(run.event)
+        response = response_of(run.event)
         response["output"] = []  # what it said is gone with the log; the error says why
         self.unstored[run.id] = json.dumps(response)
         while len(self.unstored) > UNSTORED_KEPT:
@@ -294,12 +268,13 @@ class ResponseService:
             # Memory holds running responses only: a finished one is served from the store.
             self.live.pop(run.id, None)
 
-    async def stream(self, prepared: Prepared) -> AsyncGenerator[bytes, None]:
-        """A foreground stream: SSE bytes, pulled at the client's pace."""
+    async def stream(self, prepared: Prepared) -> AsyncGenerator[Records, None]:
+        """A foreground stream: its record batches, pulled at the client's pace (a transport
+        frames them)."""
         run = self._new_run(prepared)
         async with contextlib.aclosing(self._drive(prepared, run)) as batches:
             async for records in batches:
-                yield _live_frames(records)
+                yield Records(records)
 
     async def complete(self, prepared: Prepared) -> dict[str, Any]:
         """A foreground, non-streaming response: run it to the end, return the final Response."""
@@ -307,7 +282,7 @@ class ResponseService:
         async with contextlib.aclosing(self._drive(prepared, run)) as batches:
             async for _ in batches:
                 pass
-        return _response_of(run.event)
+        return response_of(run.event)
 
     async def start_background(self, prepared: Prepared) -> Run:
         """Start a background response; returns once its first events are published."""
@@ -345,59 +320,35 @@ class ResponseService:
         """The current Response; raises a 404 `RequestError` for an unknown id."""
         run = self.live.get(response_id)
         if run is not None and run.event is not None:
-            return _response_of(run.event)
+            return response_of(run.event)
         if response_id in self.unstored:
             return json.loads(self.unstored[response_id])  # type: ignore[no-any-return]
         if response_id in self.unreadable:
-            raise _unreadable(response_id, StoreError("found damaged at start-up"))
+            raise unreadable(response_id, StoreError("found damaged at start-up"))
         try:
             snapshot = await self.store.snapshot(response_id)
         except StoreError as exc:
-            raise _unreadable(response_id, exc) from exc
+            raise unreadable(response_id, exc) from exc
         if snapshot is None:
-            raise _not_found(response_id)
+            raise not_found(response_id)
         return snapshot.response()
 
     def current(self, run: Run) -> dict[str, Any]:
         """The Response of a run started here (even one that has already ended)."""
-        return _response_of(run.event)
+        return response_of(run.event)
 
-    async def follow(
+    def follow(
         self, response_id: str, after: int = -1, *, run: Run | None = None
-    ) -> AsyncGenerator[bytes, None]:
-        """The log after `after`, then live events until the terminal one (SSE bytes).
+    ) -> AsyncGenerator[Records, None]:
+        """The log after `after`, then live events until the terminal one, in batches.
 
         Call `lookup` first: an unknown id here is an empty stream, not an error, because the
         HTTP status is sent before the first byte. A stored log is read a page at a time, each
         sent before the next is read, so a client that reads slowly holds one page in memory.
         """
         run = run if run is not None else self.live.get(response_id)
-        position = after + 1
-        if run is None and response_id in self.unstored:
-            yield _error_frame(position, f"response {response_id} was not stored ({STORE_FAILED})")
-            return
-        try:
-            while True:
-                if run is None or position < run.base:  # in the store only
-                    page = await self.store.read(response_id, position - 1, limit=PAGE_EVENTS)
-                    if run is not None:
-                        page = [r for r in page if r.sequence_number < run.base]
-                    if not page:
-                        return
-                    position = page[-1].sequence_number + 1
-                    yield _stored_frames(page)
-                    if page[-1].terminal:
-                        return
-                elif position < run.end:
-                    records, position = run.since(position), run.end
-                    yield _live_frames(records)
-                elif run.finished:
-                    return
-                else:
-                    await run.changed()
-        except StoreError as exc:  # a damaged log: say so in-band (the status was sent)
-            log.error("response %s: %s", response_id, exc)
-            yield _error_frame(position, f"the stored log of response {response_id} is damaged")
+        unstored = response_id in self.unstored
+        return follow(self.store, response_id, after, run, unstored=unstored)
 
     async def cancel(self, response_id: str) -> dict[str, Any]:
         """Cancel a background response (idempotent); returns the final Response."""
@@ -405,7 +356,7 @@ class ResponseService:
         if run is None:
             snapshot = await self.store.snapshot(response_id)
             if snapshot is None:
-                raise _not_found(response_id)
+                raise not_found(response_id)
             background, response = snapshot.background, snapshot.response()
         else:
             background = run.background
@@ -418,7 +369,7 @@ class ResponseService:
         if run is not None:
             run.cancel(CANCELLED)
             await run.ended()
-            response = _response_of(run.event)
+            response = response_of(run.event)
         return response
 
     async def delete(self, response_id: str) -> dict[str, Any]:
@@ -437,7 +388,7 @@ class ResponseService:
             run.cancel(DELETED)
             await run.ended()
         elif run is None and await self.store.snapshot(response_id) is None:
-            raise _not_found(response_id)
+            raise not_found(response_id)
         self.live.pop(response_id, None)
         await self.store.delete(response_id)
         return {"id": response_id, "object": "response.deleted", "deleted": True}
@@ -446,51 +397,7 @@ class ResponseService:
         self, response_id: str, *, after: str | None, limit: int, order: Literal["asc", "desc"]
     ) -> dict[str, Any]:
         """A page of the input items `response_id` answered (see `_input_items.py`)."""
-        items = None
-        if isinstance(self.store, InputStore):
-            items = await conversation_of(self.store, response_id)
-        if items is None:
-            if response_id not in self.live and await self.store.snapshot(response_id) is None:
-                raise _not_found(response_id)
-            raise RequestError(
-                f"the input of response {response_id} was not kept (it was made before this "
-                "server kept inputs, or by a store that keeps none)",
-                param="response_id",
-                status=404,
-                code="not_found",
-            )
-        listed = listed_items(response_id, items)
-        return input_item_page(listed, after=after, limit=limit, order=order)
-
-
-def _response_of(event: str | None) -> dict[str, Any]:
-    assert event is not None  # every run logs response.created before anything else
-    return json.loads(event)["response"]  # type: ignore[no-any-return]
-
-
-def _error_frame(sequence_number: int, message: str) -> bytes:
-    """An `error` event: the API's way to end a stream that cannot go on."""
-    data = {
-        "type": "error",
-        "code": "server_error",
-        "message": message,
-        "param": None,
-        "sequence_number": sequence_number,
-    }
-    return sse_frame("error", json.dumps(data))
-
-
-def _unreadable(response_id: str, exc: Exception) -> RequestError:
-    log.error("response %s: %s", response_id, exc)
-    return RequestError(
-        f"response {shown(response_id)} cannot be read: its stored log is damaged",
-        param="response_id",
-        status=500,
-        type="server_error",
-    )
-
-
-def _not_found(response_id: str) -> RequestError:
-    return RequestError(
-        f"Response with id '{shown(response_id)}' not found.", param="response_id", status=404
-    )
+        running = response_id in self.live
+        return await input_items(
+            self.store, response_id, running=running, after=after, limit=limit, order=order
+        )

@@ -28,6 +28,7 @@ __all__ = [
     "EventStore",
     "InputStore",
     "MemoryEventStore",
+    "Records",
     "StoreError",
     "StoredResponse",
     "advance",
@@ -63,6 +64,29 @@ class EventRecord(NamedTuple):
     @property
     def terminal(self) -> bool:
         return self.type in TERMINAL_EVENT_TYPES
+
+
+#: The types that end a stream: a terminal lifecycle event, or `error` (a stream that cannot go
+#: on, e.g. a damaged log, says so in-band and stops).
+_LAST_TYPES = frozenset({*TERMINAL_EVENT_TYPES, "error"})
+
+
+class Records(NamedTuple):
+    """A batch of one response's events, as the service hands them to a transport (SSE,
+    WebSocket), which frames them: the service itself writes no wire format.
+
+    `fresh`: made here just now by `records_of` (one line of JSON each, the API's own event
+    types), so a transport may frame them unchecked; records read back from a store are not
+    (`fresh=False`) and are checked as they are framed.
+    """
+
+    records: list[EventRecord]
+    fresh: bool = True
+
+    @property
+    def last(self) -> bool:
+        """The stream ends with this batch (its terminal event, or an `error`)."""
+        return bool(self.records) and self.records[-1].type in _LAST_TYPES
 
 
 @attrs.frozen(kw_only=True)

@@ -20,8 +20,9 @@ from streamfold.adapters.driver import MAX_BATCH_CHUNKS, Generation, fold
 from streamfold.adapters.grammars import grammar_for
 from streamfold.adapters.registry import Engine, ReplayEngine
 from streamfold.adapters.server import MemoryEventStore
-from streamfold.adapters.server._app import EventStreamResponse
 from streamfold.adapters.server._service import ResponseService
+from streamfold.adapters.server._sse import EventStreamResponse, frames
+from streamfold.adapters.server._store import EventRecord, Records
 from streamfold.engines import (
     GenerationRequest,
     ReadyChunks,
@@ -145,11 +146,11 @@ async def test_ready_chunks_share_a_batch_never_more_than_the_cap(cap: int) -> N
     batches = await batches_of(source, max_batch_chunks=cap)
     stream = source.streams[0]
     per_batch = [deltas(b) for b in batches]
-    # The first take, before any chunk was received, hands over up to `cap` chunks (they share
-    # the first batch with the opening events); each later one up to `cap - 1`, beside the
-    # chunk just received: several chunks per batch (up to the cap), and never more.
-    assert stream.taken[0] == cap, stream.taken
-    assert all(1 + n <= cap for n in stream.taken[1:]), stream.taken
+    # Each take hands over up to `cap - 1` chunks, beside the chunk just received: several
+    # chunks per batch (up to the cap), and never more; the opening events are a batch alone.
+    assert all(1 + n <= cap for n in stream.taken), stream.taken
+    assert cap == 1 or stream.taken[0] == cap - 1, stream.taken
+    assert deltas(batches[0]) == 0 and batches[0][0].type == "response.created"
     assert max(per_batch) <= cap, per_batch
     assert sum(per_batch) == text_tokens
     text_batches = [b for b in batches[1:-1] if deltas(b)]
@@ -226,21 +227,24 @@ async def test_a_batch_is_what_is_ready_now_the_driver_never_waits_to_fill_it() 
     assert_conformant([*started, *first, *second, *[e for b in rest for e in b]])
 
 
-async def test_chunks_held_before_the_first_batch_share_it_with_the_opening_events() -> None:
-    """One log group and one write less per response: what the source holds when the response
-    starts goes out with `response.created` (a source that holds nothing yet, above, lets the
-    opening events go out alone at once); a whole response held at once is one batch."""
+async def test_the_opening_events_go_out_alone_even_when_chunks_are_held() -> None:
+    """Issue 28: a client's first event waited for a whole batch (the opening events shared it
+    with up to `MAX_BATCH_CHUNKS` chunks the source already held, and a whole replayed answer
+    came in one batch), so at 10 streams the first event came later than from a server that
+    sends each event alone. `response.created` and `.in_progress` are a batch of their own."""
     source = QueueSource()
     for t in encode("<|channel|>final<|message|> one two three"):
         source.send.send_nowait(TokenChunk(token_ids=(t,)))
     generation = Generation(source, request(), grammar(), RESPONSE)
     async with contextlib.aclosing(generation.batches()) as batches:
         first = await batches.__anext__()
-    assert [e.type for e in first[:2]] == ["response.created", "response.in_progress"]
-    assert deltas(first) == 3
+        with anyio.fail_after(5):  # the source holds no more chunks than these
+            second = await batches.__anext__()
+    assert [e.type for e in first] == ["response.created", "response.in_progress"]
+    assert deltas(second) == 3
     whole = await batches_of(ReplaySource(make_trace(GREETING)))
-    assert len(whole) == 1 and whole[0][-1].type == "response.completed", whole
-    assert_conformant(whole[0])
+    assert len(whole) == 2 and whole[-1][-1].type == "response.completed", whole
+    assert_conformant([e for b in whole for e in b])
 
 
 async def test_a_slow_consumer_holds_at_most_one_capped_batch() -> None:
@@ -306,7 +310,7 @@ async def _served(engine: Engine, model: str) -> list[bytes]:
     )
     try:
         prepared = await service.prepare({"model": model, "input": "hi", "stream": True})
-        return [frame async for frame in service.stream(prepared)]
+        return [frames(batch) async for batch in service.stream(prepared)]
     finally:
         service.renderer.close()
 
@@ -351,7 +355,7 @@ async def test_ready_chunks_of_a_replay_lose_their_logprobs_unless_asked(tmp_pat
         await stream.aclose()  # type: ignore[attr-defined]
 
 
-async def _sent(body: AsyncIterator[bytes]) -> list[dict[str, Any]]:
+async def _sent(body: AsyncIterator[Records]) -> list[dict[str, Any]]:
     messages: list[dict[str, Any]] = []
 
     async def receive() -> dict[str, Any]:
@@ -379,8 +383,8 @@ async def test_the_terminal_batch_ends_the_body_in_the_same_write(tmp_path: Path
 
 
 async def test_a_body_without_a_marked_end_still_gets_its_end() -> None:
-    async def body() -> AsyncIterator[bytes]:
-        yield b"event: x\ndata: {}\n\n"
+    async def body() -> AsyncIterator[Records]:
+        yield Records([EventRecord(0, "x", "{}")])
 
     messages = await _sent(body())
     assert [(m.get("body"), m.get("more_body")) for m in messages[1:]] == [
@@ -470,7 +474,7 @@ async def test_a_blocked_socket_stops_the_source_with_every_chunk_ready(tmp_path
             await EventStreamResponse(service.stream(prepared))({"type": "http"}, receive, send)
     finally:
         service.renderer.close()
-    # Sent: three coalesced batches (the first with the opening events); taken: those and the
+    # Sent: the opening events and two coalesced batches; taken: those and the
     # blocked one.
     assert engine.produced <= 4 * MAX_BATCH_CHUNKS, engine.produced
     assert engine.closed == 1

@@ -12,10 +12,14 @@ import anyio
 import pytest
 import sniffio
 
-from streamfold.adapters.server._app import EventStreamResponse
-from streamfold.adapters.server._service import LastFrames
+from streamfold.adapters.server._sse import EventStreamResponse
+from streamfold.adapters.server._store import EventRecord, Records
 
 pytestmark = pytest.mark.anyio
+
+FIRST = Records([EventRecord(0, "a", "{}")])
+LAST = Records([EventRecord(1, "response.completed", "{}")])  # a terminal event: the end
+LATE = Records([EventRecord(2, "late", "{}")])
 
 
 class Body:
@@ -27,16 +31,16 @@ class Body:
         self.closed = False
         self.sent = 0
 
-    def __aiter__(self) -> AsyncIterator[bytes]:
+    def __aiter__(self) -> AsyncIterator[Records]:
         return self
 
-    async def __anext__(self) -> bytes:
+    async def __anext__(self) -> Records:
         self.sent += 1
         if self.sent == 1:
-            return b"event: a\ndata: {}\n\n"
+            return FIRST
         if not self.endless:
             if self.sent == 2:
-                return LastFrames(b"event: b\ndata: {}\n\n")
+                return LAST
             raise StopAsyncIteration
         await anyio.sleep_forever()
         raise AssertionError
@@ -115,10 +119,10 @@ async def test_a_body_runs_on_to_its_end_after_its_last_frames() -> None:
     own (its cleanup runs, no GeneratorExit is thrown into it), so nothing is left to close."""
     steps: list[str] = []
 
-    async def body() -> AsyncIterator[bytes]:
+    async def body() -> AsyncIterator[Records]:
         try:
-            yield b"event: a\ndata: {}\n\n"
-            yield LastFrames(b"event: b\ndata: {}\n\n")
+            yield FIRST
+            yield LAST
             steps.append("ran on")
         except GeneratorExit:
             steps.append("closed")
@@ -136,15 +140,15 @@ async def test_a_body_runs_on_to_its_end_after_its_last_frames() -> None:
 async def test_bytes_after_the_last_frames_are_not_sent_and_the_body_is_closed() -> None:
     steps: list[str] = []
 
-    async def body() -> AsyncIterator[bytes]:
+    async def body() -> AsyncIterator[Records]:
         try:
-            yield LastFrames(b"event: b\ndata: {}\n\n")
-            yield b"event: late\ndata: {}\n\n"
+            yield LAST
+            yield LATE
             steps.append("ran on")
         finally:
             steps.append("finally")
 
     messages = await _call(body(), _never_receive)  # type: ignore[arg-type]
     assert steps == ["finally"]
-    assert [m.get("body") for m in messages[1:]] == [b"event: b\ndata: {}\n\n"]
+    assert [m.get("body") for m in messages[1:]] == [b"event: response.completed\ndata: {}\n\n"]
     assert messages[-1]["more_body"] is False
