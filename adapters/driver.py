@@ -23,17 +23,31 @@ itself is awaiting the engine runs the source's `finally` inside the cancelled s
 whose abort awaits must shield that await itself.)
 
 Faults: a source that raises mid-stream ends the response with `response.failed` (via
-`finish(state, "error", ...)`) after the events already produced; the message names the
-exception type. A source that stops without a finish reason is treated the same way.
+`finish(state, "error", ...)`) after the events already produced. The exception, with its
+traceback, is logged on the `streamfold.driver` logger (with the request id); the client gets
+the generic `SOURCE_FAILED` message, never the exception's text (it can name paths, hosts or
+memory addresses). streamfold's own typed errors (a token outside the vocabulary) say what to
+fix and are sent as they are. A source that stops without a finish reason ends the same way, with
+`NO_FINISH`.
+
+Budget: the driver holds a generation to `GenerationRequest.max_output_tokens` whatever the
+source does. A token past the budget is not stepped: the generation ends there with finish
+`length` (`response.incomplete`, reason `max_output_tokens`) and the source is closed (its
+`finally` aborts the engine). A source should still stop at the budget itself (an engine
+that cannot be told a budget burns work the driver then throws away), and at the request's
+`stop_token_ids`; the driver does not cut at stop ids (the grammar reads them).
 """
 
 from __future__ import annotations
 
 import contextlib
+import logging
+import operator
 from collections.abc import AsyncGenerator, AsyncIterator, Callable, Iterable, Iterator
 from typing import Any
 
 import anyio
+import attrs
 
 from streamfold.engines import GenerationRequest, TokenChunk, TokenSource
 from streamfold.statemachine import (
@@ -42,6 +56,7 @@ from streamfold.statemachine import (
     Response,
     ResponseState,
     ServerTools,
+    StreamfoldError,
     apply_loop_step,
     finish,
     sse_event,
@@ -57,6 +72,8 @@ __all__ = [
     "ABORT_GRACE_SECONDS",
     "MAX_BATCH_CHUNKS",
     "NO_FINISH",
+    "SOURCE_FAILED",
+    "DriverUsageError",
     "Generation",
     "close_source",
     "fold",
@@ -70,6 +87,15 @@ __all__ = [
 ABORT_GRACE_SECONDS = 5.0
 
 NO_FINISH = "the token source stopped without a finish reason"
+#: What a client is told when the token source raised (the exception is logged, not sent).
+SOURCE_FAILED = "generation failed: the token source raised an error (see the server log)"
+
+log = logging.getLogger("streamfold.driver")
+
+
+class DriverUsageError(StreamfoldError, ValueError):
+    """The driver was called in a way it cannot serve; the message says what to pass."""
+
 
 #: The most source chunks one event batch holds when the source has several ready (the cap on
 #: coalescing, see the module docstring): a bound on how long one stream keeps the loop, and
@@ -235,6 +261,8 @@ class Generation:
         self.taken: list[TokenChunk] | None = None
         #: How the last `generate` ended: its finish reason and message.
         self.end: tuple[FinishReason, str | None] = ("error", NO_FINISH)
+        # The response's output token count this generation may reach (None: no budget).
+        self._limit: int | None = None
 
     @property
     def finished(self) -> bool:
@@ -287,8 +315,13 @@ class Generation:
         reason: FinishReason = "error"
         message: str | None = NO_FINISH
         chunks: AsyncIterator[TokenChunk] | None = None
+        asked = self.request if request is None else request
+        assert self.state is not None  # opened
+        budget = asked.max_output_tokens
+        # The response's output tokens at which this generation is cut (see "Budget" above).
+        self._limit = None if budget is None else self.state.output_tokens + budget
         try:
-            chunks = self.source.generate(self.request if request is None else request)
+            chunks = self.source.generate(asked)
             take: Callable[[int], list[TokenChunk]] | None = getattr(chunks, "take_ready", None)
             # The opening events go out alone, first, even when the source already holds
             # chunks (replay; an engine whose consumer lags): a client's first event then waits
@@ -318,8 +351,12 @@ class Generation:
                         yield batch
             if end is not None:
                 reason, message = end
-        except Exception as exc:  # the engine failed: report it in-band, keep what was sent
+        except StreamfoldError as exc:  # misuse streamfold names (a token outside the vocabulary)
+            log.exception("request %s failed", asked.request_id)
             reason, message = "error", f"generation failed: {type(exc).__name__}: {exc}"
+        except Exception:  # the engine failed: report it in-band, keep what was sent
+            log.exception("the token source of request %s raised", asked.request_id)
+            reason, message = "error", SOURCE_FAILED
         finally:
             if chunks is not None:
                 await close_source(chunks)
@@ -338,6 +375,17 @@ class Generation:
         earlier events were added."""
         state = self.state
         assert state is not None  # set by _start
+        limit = self._limit
+        if limit is not None:
+            room = limit - state.output_tokens
+            # The ready chunks' token count, without a Python loop per chunk (the fast path
+            # steps a one-token chunk in about 100 ns).
+            if len(ready) == 1:
+                over = len(ready[0].token_ids) > room
+            else:
+                over = sum(map(len, map(_token_ids, ready))) > room
+            if over:
+                ready = _within(ready, room)  # past the budget: the excess is not stepped
         taken = self.taken
         if step_ready is not None and type(ready) is not list:
             ready = list(ready)
@@ -404,6 +452,23 @@ class Generation:
             if state.call is not None:
                 return state, True
         return state, False
+
+
+_token_ids = operator.attrgetter("token_ids")
+
+
+def _within(ready: list[TokenChunk], room: int) -> list[TokenChunk]:
+    """The chunks of `ready` up to `room` tokens, the last cut there and finishing `length`
+    (the chunks after it dropped)."""
+    kept: list[TokenChunk] = []
+    for chunk in ready:
+        count = len(chunk.token_ids)
+        if count > room:
+            kept.append(attrs.evolve(_head(chunk, room), finish_reason="length"))
+            return kept
+        kept.append(chunk)
+        room -= count
+    return kept
 
 
 def _head(chunk: TokenChunk, count: int) -> TokenChunk:

@@ -110,6 +110,14 @@ class DecodingConstraint:
 class GenerationRequest:
     """What a token source needs to generate one completion.
 
+    A source should stop after `max_output_tokens` tokens (finish `"length"`) and at the first
+    of `stop_token_ids` it generates (finish `"stop"`, the stop token included in the chunk, or
+    named in `stop_reason` where the engine leaves it out). The driver holds the budget anyway:
+    tokens past `max_output_tokens` are not stepped, the response ends `incomplete` and the
+    source's stream is closed; a source that ignores the budget only wastes its engine's work.
+    Stop ids the driver does not enforce: the reducer's grammar reads them, and what a model
+    writes after one (a source that ignores them) becomes more output.
+
     `constraint` (the native engine only) restricts each next token (`LogitsConstraint`);
     `decoding` says what the completion must follow as a grammar (`DecodingConstraint`).
     """
@@ -166,7 +174,18 @@ class TokenSource(Protocol):
     """Anything that turns a `GenerationRequest` into an async stream of `TokenChunk`s.
 
     The last chunk carries `finish_reason`. Closing the iterator early (`aclose()`) must abort
-    the request and free its resources.
+    the request and free its resources: write `generate` as an async generator whose `finally`
+    aborts. An `await` in that `finally` must be shielded
+    (`with anyio.CancelScope(shield=True): await engine.abort(...)`): when the consumer's task is
+    cancelled while the source awaits its engine, the `finally` runs inside the cancelled scope
+    and an unshielded `await` there is cancelled at once, leaking the request.
+
+    What a source should enforce (see `GenerationRequest`): the budget and the stop ids. What the
+    driver guarantees whatever the source does: no more than `max_output_tokens` tokens are
+    stepped (the response then ends `incomplete`), every response ends with exactly one terminal
+    event, a source that raises ends it `failed` (the exception logged on `streamfold.driver`,
+    the client told only that the source failed), and one that ends without a finish reason
+    ends it `failed` too.
     """
 
     def generate(self, request: GenerationRequest) -> AsyncIterator[TokenChunk]: ...

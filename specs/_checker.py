@@ -27,7 +27,7 @@ from typing import Any
 
 from . import _shapes as s
 from . import _wire as w
-from ._content import content_rules
+from ._content import budget_rule, content_rules
 from ._items import Items
 from ._tools import ToolProgress
 from ._violation import Violation
@@ -365,6 +365,7 @@ class Checker:
             self._usage(response)
             content_rules(response, self._report)
         if etype in w.TERMINAL:
+            budget_rule(response, self._report)
             self._terminal(response)
 
     def _status(self, etype: str, response: Mapping[str, Any]) -> None:

@@ -1,4 +1,5 @@
-"""Rules on what a completed response says, against what its request asked (R31, R32).
+"""Rules on what a completed response says, against what its request asked (R31, R32), and on
+any terminal response's usage against its budget (R33).
 
 Structured outputs and `tool_choice` are promises about content, and peers break them silently
 (vLLM #23120 and #44216, sglang #31019): the stream is well formed, the answer is not JSON, or
@@ -141,6 +142,22 @@ def _choice_rule(choice: Any, output: list[Any], report: Report) -> None:
                     "R32",
                     f"tool_choice allows {sorted(names)}; the response called {call.get('name')!r}",
                 )
+
+
+def budget_rule(response: Mapping[str, Any], report: Report) -> None:
+    """R33 on a terminal event's response: `usage.output_tokens` is at most the
+    `max_output_tokens` it echoes (a server that let its engine run past the budget)."""
+    budget = response.get("max_output_tokens")
+    usage = response.get("usage")
+    used = usage.get("output_tokens") if isinstance(usage, Mapping) else None
+    if not isinstance(budget, int) or not isinstance(used, int) or isinstance(used, bool):
+        return  # no budget, or no usage to judge (R8 reports a bad usage)
+    if used > budget:
+        report(
+            "R33",
+            f"usage.output_tokens is {used}, over the response's max_output_tokens {budget}; "
+            "the generation should have ended incomplete at the budget",
+        )
 
 
 def content_rules(response: Mapping[str, Any], report: Report) -> None:

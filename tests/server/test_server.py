@@ -9,6 +9,7 @@ import httpx
 import openai
 import pytest
 
+from streamfold.adapters.driver import SOURCE_FAILED
 from streamfold.adapters.server._prepare import new_response_id
 from streamfold.engines.vocab import harmony_encoding
 
@@ -139,11 +140,11 @@ def test_failing_engine_gives_response_failed_in_band(server: Server) -> None:
     events = list(server.client.responses.create(model="broken", input="x", stream=True))
     assert_conformant(events)
     assert events[-1].type == "response.failed"
-    assert "ConnectionResetError" in events[-1].response.error.message
+    assert events[-1].response.error.message == SOURCE_FAILED  # the exception is logged
     assert any(e.type == "response.output_text.delta" for e in events)
     # A non-streaming request to a failing engine still gets 200 and the failed Response.
     response = server.client.responses.create(model="broken", input="x")
-    assert response.status == "failed" and "ConnectionResetError" in response.error.message
+    assert response.status == "failed" and response.error.message == SOURCE_FAILED
 
 
 # --- background, resume, cancel ---------------------------------------------------------

@@ -89,3 +89,19 @@ def test_the_checker_applies_them_to_a_streams_completed_response() -> None:
     planted = copy.deepcopy(events)
     planted[-1]["response"]["tool_choice"] = "none"
     assert [v.rule for v in check(planted)] == ["R32"]
+
+
+def test_output_over_the_echoed_budget_is_r33_issue36() -> None:
+    """Bug (issue 36): `max_output_tokens: 16` echoed on a completed response with 57 output
+    tokens was called conformant: the server left the budget to a source that ignored it."""
+    events = good_stream()
+    used = events[-1]["response"]["usage"]["output_tokens"]
+    for event in events:
+        if isinstance(event.get("response"), dict):
+            event["response"]["max_output_tokens"] = used
+    assert check(events) == []  # exactly at the budget is fine
+    over = copy.deepcopy(events)
+    over[-1]["response"]["max_output_tokens"] = used - 1
+    found = check(over)
+    assert [v.rule for v in found] == ["R33"]
+    assert str(used) in found[0].message
