@@ -131,7 +131,7 @@ def main() -> None:
                 alone = anyio.run(streams, port, args.streams)
             row(f"{args.streams} streams alone", alone, idle, peak.peak)
 
-            request = f"GET /v1/responses/{big_id}?stream=true HTTP/1.1\r\nHost: x\r\n\r\n"
+            request = f"GET /v1/responses/{big_id}?stream=true HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n"
             for _ in range(args.stalled):
                 sock = socket.create_connection(("127.0.0.1", port))
                 sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
@@ -141,7 +141,7 @@ def main() -> None:
             opened_at = time.monotonic()
             for _ in range(args.half_open):
                 sock = socket.create_connection(("127.0.0.1", port))
-                sock.sendall(b"POST /v1/responses HTTP/1.1\r\nHost: x\r\n")
+                sock.sendall(b"POST /v1/responses HTTP/1.1\r\nHost: 127.0.0.1\r\n")
                 half_open.append(sock)
             time.sleep(1)
             before = rss_mb(server.pid)

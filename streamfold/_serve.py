@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import importlib.util
+import logging
 import os
 import signal
 import socket
@@ -61,6 +62,23 @@ def add_serve_parser(
         f"{NATIVE_MAX_OUTPUT_TOKENS}; 0: no cap). A request's own max_output_tokens is kept",
     )
     p.add_argument("--host", default="127.0.0.1", help="interface to bind (default 127.0.0.1)")
+    access = p.add_argument_group("access", "who may use the server (see docs/security.md)")
+    access.add_argument(
+        "--api-key",
+        action="append",
+        default=[],
+        metavar="KEY",
+        help="require `Authorization: Bearer KEY` (repeatable; also $STREAMFOLD_API_KEY); each "
+        "key sees only the responses made with it. Without a key: local use only",
+    )
+    access.add_argument(
+        "--allowed-host",
+        action="append",
+        default=[],
+        metavar="NAME",
+        help="a name requests may give in `Host` besides the address they came in on "
+        "(repeatable; e.g. the name a reverse proxy forwards)",
+    )
     p.add_argument("--port", type=int, default=8000, help="TCP port (default 8000)")
     p.add_argument(
         "--store",
@@ -273,6 +291,7 @@ def run_serve(args: argparse.Namespace) -> int:
         return 2
     store: EventStore | None = None
     previous_sigterm: Any = None
+    keys = [*args.api_key, *filter(None, [os.environ.get("STREAMFOLD_API_KEY", "").strip()])]
     try:
         if args.store == ":memory:":
             store = MemoryEventStore()
@@ -282,13 +301,25 @@ def run_serve(args: argparse.Namespace) -> int:
         # Followers of a background response hold their connection until it ends, and it
         # ends when the lifespan cancels it after the connections close: bound that wait.
         config = uvicorn.Config(
-            create_app(engine, store=store, agent=agent, limits=limits),
+            create_app(
+                engine,
+                store=store,
+                agent=agent,
+                limits=limits,
+                api_keys=keys,
+                allowed_hosts=args.allowed_host,
+            ),
             log_level=args.log_level,
             timeout_graceful_shutdown=10,
             http=uvicorn_http(limits.header_timeout_s),
             limit_concurrency=args.limit_concurrency,
         )
         _say_where(sock)
+        if not keys:
+            logging.getLogger("streamfold").warning(
+                "no API key: local use only (anyone who reaches this port may use it; "
+                "pass --api-key or set STREAMFOLD_API_KEY)"
+            )
         tune_gc_for_serving()
         # uvicorn shuts down gracefully on SIGTERM, then raises it again with the handler it
         # found: make that handler end the process through the `finally` below (the engine's

@@ -9,12 +9,13 @@ from __future__ import annotations
 
 import contextlib
 import logging
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 from typing import Any
 
 import anyio
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
+from starlette.middleware import Middleware
 from starlette.requests import Request
 from starlette.responses import JSONResponse
 from starlette.routing import Route
@@ -22,9 +23,10 @@ from starlette.routing import Route
 from ..agent._config import AgentConfig
 from ..protocol import RequestError
 from ..registry import Engine
+from ._guard import Guard, OwnedStore
 from ._input_items import DEFAULT_LIMIT
 from ._limits import MAX_SAFE_INTEGER, ServerLimits, decode_body, read_body, shown
-from ._prepare import Prepared
+from ._prepare import Prepared, new_response_id
 from ._readiness import Readiness, health
 from ._service import ResponseService, ServiceNotRunningError
 from ._sse import EventStreamResponse
@@ -183,6 +185,8 @@ def create_app(
     store: EventStore | None = None,
     agent: AgentConfig | None = None,
     limits: ServerLimits | None = None,
+    api_keys: Sequence[str] = (),
+    allowed_hosts: Sequence[str] = (),
 ) -> Starlette:
     """The Responses API as a Starlette app (routes under `/v1`, and `GET /health`: 200 when
     ready, 503 while the engine warms up; see `_readiness`), ready for uvicorn.
@@ -193,10 +197,25 @@ def create_app(
     timeout needs the HTTP protocol of `uvicorn_http(limits)` too. To mount it in your own app,
     give the outer app its lifespan so background responses have somewhere to run:
     `Starlette(routes=[Mount("/llm", app)], lifespan=app.router.lifespan_context)`.
+
+    `api_keys`: when given, a request needs `Authorization: Bearer <one of them>` (else 401),
+    and a response is visible to the key that made it only. Every request must name this
+    server in `Host` (the address it came in on, or one of `allowed_hosts`), and a POST body
+    must be `application/json` (see `_guard.py`).
     """
-    service = ResponseService(
-        engine, store if store is not None else MemoryEventStore(), agent=agent, limits=limits
-    )
+    owned = None
+    store = store if store is not None else MemoryEventStore()
+    if api_keys:  # each key sees its own responses only (`_guard.py`)
+        owned = OwnedStore(store, new_response_id)
+        service = ResponseService(
+            engine,
+            owned,
+            new_id=owned.owned_id,
+            agent=agent,
+            limits=limits,
+        )
+    else:
+        service = ResponseService(engine, store, agent=agent, limits=limits)
     readiness = Readiness.for_service(service)
 
     @contextlib.asynccontextmanager
@@ -223,6 +242,8 @@ def create_app(
             Exception: _server_error,
         },
         lifespan=lifespan,
+        # Keys, the Host a request names, JSON bodies: checked before any route (`_guard.py`).
+        middleware=[Middleware(Guard, api_keys=api_keys, allowed_hosts=allowed_hosts, store=owned)],
     )
     app.state.streamfold = service
     app.state.readiness = readiness

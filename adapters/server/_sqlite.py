@@ -439,6 +439,7 @@ class SQLiteEventStore:
         )
         self._db.execute("DELETE FROM responses WHERE id=?", (response_id,))
         self._db.execute("DELETE FROM inputs WHERE response_id=?", (response_id,))
+        self._db.execute("DELETE FROM owners WHERE response_id=?", (response_id,))
         self._db.execute("COMMIT")
         self._unfinished.pop(response_id, None)
         self._inputs.pop(response_id, None)
@@ -456,6 +457,20 @@ class SQLiteEventStore:
             raise StoreError(f"writing the response store {self.path} failed: {exc}") from exc
         first = str(row[0])
         return None if first == response_id else first
+
+    async def set_owner(self, response_id: str, key_hash: str) -> None:
+        """Record the hash of the API key `response_id` was made with (see `_guard.py`)."""
+        try:
+            self._db.execute("INSERT OR REPLACE INTO owners VALUES (?, ?)", (response_id, key_hash))
+        except sqlite3.Error as exc:
+            raise StoreError(f"writing the response store {self.path} failed: {exc}") from exc
+
+    async def owner_of(self, response_id: str) -> str | None:
+        with self._read_lock:
+            row = self._reader.execute(
+                "SELECT key_hash FROM owners WHERE response_id=?", (response_id,)
+            ).fetchone()
+        return None if row is None else str(row[0])
 
     async def save_input(self, response_id: str, items: str) -> None:
         """Kept, and written with the next write's transaction (see `__init__`); what would

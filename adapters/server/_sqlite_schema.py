@@ -54,6 +54,13 @@ CREATE TABLE IF NOT EXISTS approvals (
     response_id TEXT NOT NULL
 ) WITHOUT ROWID
 """
+# The hash of the API key each response was made with (`_guard.py`), added the same way.
+_OWNERS = """
+CREATE TABLE IF NOT EXISTS owners (
+    response_id TEXT PRIMARY KEY,
+    key_hash TEXT NOT NULL
+) WITHOUT ROWID
+"""
 # A batch's types and data are stored newline-joined: wire JSON never holds a raw newline
 # (json.dumps escapes it). One row per batch, not per event: a statement per event meant a GIL
 # hand-off per event.
@@ -85,6 +92,7 @@ def open_layout(db: sqlite3.Connection, *, upgrade: bool) -> None:
     if version == LAYOUT:
         if upgrade:
             db.execute(_APPROVALS)
+            db.execute(_OWNERS)
         return
     if version > LAYOUT:
         raise StoreError(
@@ -106,6 +114,7 @@ def open_layout(db: sqlite3.Connection, *, upgrade: bool) -> None:
             if statement.strip():
                 db.execute(statement)
         db.execute(_APPROVALS)
+        db.execute(_OWNERS)
         db.execute(f"PRAGMA user_version={LAYOUT}")
     except BaseException:
         db.execute("ROLLBACK")

@@ -203,6 +203,13 @@ class MemoryEventStore:
         self._snapshots: dict[str, StoredResponse] = {}
         self._inputs: dict[str, str] = {}
         self._approvals: dict[str, str] = {}
+        self._owners: dict[str, str] = {}
+
+    async def set_owner(self, response_id: str, key_hash: str) -> None:
+        self._owners[response_id] = key_hash
+
+    async def owner_of(self, response_id: str) -> str | None:
+        return self._owners.get(response_id)
 
     async def claim_approval(self, approval_id: str, response_id: str) -> str | None:
         first = self._approvals.setdefault(approval_id, response_id)
@@ -231,6 +238,7 @@ class MemoryEventStore:
         self._logs.pop(response_id, None)
         self._snapshots.pop(response_id, None)
         self._inputs.pop(response_id, None)
+        self._owners.pop(response_id, None)
 
     async def save_input(self, response_id: str, items: str) -> None:
         self._inputs[response_id] = items

@@ -161,7 +161,12 @@ def test_a_body_over_the_size_limit_gets_413_without_being_read_whole(url: str) 
         for _ in range(64):
             yield b"a" * 65536
 
-    reply = httpx.post(f"{url}/v1/responses", content=chunked(), timeout=30)
+    reply = httpx.post(
+        f"{url}/v1/responses",
+        content=chunked(),
+        headers={"content-type": "application/json"},
+        timeout=30,
+    )
     assert reply.status_code == 413
 
 
@@ -192,14 +197,14 @@ def test_half_sent_headers_are_cut_off_at_the_header_timeout(
     with serve(app, header_timeout_s=LIMITS.header_timeout_s, parser=parser) as url:
         silent = _connect(url)  # connects and never sends a byte
         half = _connect(url)
-        half.sendall(b"POST /v1/responses HTTP/1.1\r\nHost: x\r\n")
+        half.sendall(b"POST /v1/responses HTTP/1.1\r\nHost: 127.0.0.1\r\n")
         start = time.monotonic()
         assert _closed_within(half, 5) == b""
         assert _closed_within(silent, 5) == b""
         assert time.monotonic() - start < LIMITS.header_timeout_s + 3
         # A keep-alive connection that starts a second request and stalls is cut off too.
         alive = _connect(url)
-        alive.sendall(b"GET /v1/responses/resp_x HTTP/1.1\r\nHost: x\r\n\r\n")
+        alive.sendall(b"GET /v1/responses/resp_x HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")
         time.sleep(0.3)
         alive.sendall(b"GET /v1/resp")
         assert b"404" in _closed_within(alive, 5)
@@ -208,7 +213,7 @@ def test_half_sent_headers_are_cut_off_at_the_header_timeout(
         slow = _connect(url)
         body = json.dumps({"model": "slow", "input": "hi", "stream": True}).encode()
         slow.sendall(
-            b"POST /v1/responses HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+            b"POST /v1/responses HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
             b"Content-Length: %d\r\n\r\n%s" % (len(body), body)
         )
         slow.sendall(b"GET /v1/resp")
@@ -219,7 +224,7 @@ def test_half_sent_headers_are_cut_off_at_the_header_timeout(
 def test_a_body_that_stops_arriving_gets_408(url: str) -> None:
     sock = _connect(url)
     sock.sendall(
-        b"POST /v1/responses HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+        b"POST /v1/responses HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
         b'Content-Length: 100\r\n\r\n{"model": '
     )
     received = _closed_within(sock, 15)
@@ -537,7 +542,9 @@ def test_clients_that_never_read_a_stored_log_hold_one_page_each(
         assert log_bytes > 5 * 2**20
         time.sleep(0.5)
         before = _rss_mb(server.pid)
-        request = f"GET /v1/responses/{created['id']}?stream=true HTTP/1.1\r\nHost: x\r\n\r\n"
+        request = (
+            f"GET /v1/responses/{created['id']}?stream=true HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n"
+        )
         for _ in range(10):
             sock = socket.create_connection(("127.0.0.1", port))
             sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)

@@ -385,7 +385,11 @@ def test_bad_requests_get_openai_error_json_naming_the_field(
 
 
 def test_bad_json_and_unknown_model_and_unknown_ids(server: Server) -> None:
-    reply = httpx.post(f"{server.url}/v1/responses", content=b"{not json")
+    reply = httpx.post(
+        f"{server.url}/v1/responses",
+        content=b"{not json",
+        headers={"content-type": "application/json"},
+    )
     assert reply.status_code == 400 and "JSON" in reply.json()["error"]["message"]
     reply = httpx.post(f"{server.url}/v1/responses", json={"model": "gpt-9", "input": "hi"})
     assert reply.status_code == 404
