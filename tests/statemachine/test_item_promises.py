@@ -190,16 +190,16 @@ def _run(tokens: list[int], reason: str) -> list[Any]:
 # -- the web search action of a browser call -------------------------------------------------
 
 
-def _search_item(recipient: str, arguments: str) -> tuple[dict[str, Any], dict[str, Any]]:
+def _search_item(
+    recipient: str, arguments: str, end: str = "<|call|>", reason: str = "stop"
+) -> tuple[dict[str, Any], dict[str, Any]]:
     """The `web_search_call` item as added and as done, for a call the model wrote."""
-    text = (
-        f"<|start|>assistant<|channel|>analysis to={recipient} code<|message|>{arguments}<|call|>"
-    )
+    text = f"<|start|>assistant<|channel|>analysis to={recipient} code<|message|>{arguments}{end}"
     state, events = start(GRAMMAR, new_response())
     for token in ENC.encode(text, allowed_special="all"):
         state, new = step(state, token)
         events += new
-    state, new = finish(state, "stop")
+    state, new = finish(state, reason)  # type: ignore[arg-type]
     wire = _wire([*events, *new])
     assert_conformant([*events, *new])
     (added,) = [e["item"] for e in wire if e["type"] == "response.output_item.added"]
@@ -235,6 +235,8 @@ def _search_item(recipient: str, arguments: str) -> tuple[dict[str, Any], dict[s
         # `find` without a pattern finds nothing: it is shown as the search it could be.
         ("browser.find", '{"query": "rain"}', {"type": "search", "query": "rain"}),
         ("browser.find", '{"pattern": 3}', {"type": "search"}),
+        # Only `find` finds (a mutant found with `name <= "find"` made `back` one).
+        ("browser.back", '{"pattern": "rain"}', {"type": "search"}),
         ("browser.search", '["a", "list"]', {"type": "search", "query": '["a", "list"]'}),
     ],
 )
@@ -248,3 +250,13 @@ def test_a_browser_call_becomes_the_web_search_action_its_arguments_say(
     assert added["action"] == {"type": "search"}  # nothing is known until the call is written
     assert done["status"] == "completed"
     assert {k: v for k, v in done["action"].items() if v is not None} == action
+
+
+def test_a_browser_call_cut_before_its_end_shows_the_action_it_had_written() -> None:
+    """Bug (found by cosmic-ray, issue 37): `status >= "in_progress"` for `== ...` made a cut
+    call (`incomplete` sorts after `in_progress`) show an empty search instead of the page
+    it was opening."""
+    added, done = _search_item("browser.open", '{"url": "https://a.io/"}', "", "length")
+    assert added["action"] == {"type": "search"}
+    assert done["status"] == "incomplete"
+    assert done["action"] == {"type": "open_page", "url": "https://a.io/"}
