@@ -43,7 +43,7 @@ from typing import Any, Protocol
 import anyio
 import attrs
 
-from streamfold.engines import GenerationRequest, TokenChunk, TokenSource
+from streamfold.engines import DecodingConstraint, GenerationRequest, TokenChunk, TokenSource
 from streamfold.statemachine import (
     ApprovedCallStep,
     CodeInterpreterOutputLogs,
@@ -131,9 +131,13 @@ class AgentGeneration:
         prompts: Prompts | None = None,
         clock: Callable[[], float] | None = None,
         record: list[TokenChunk | LoopStep] | None = None,
+        after_call: DecodingConstraint | None = None,
     ) -> None:
         self.request = request
         self.generation = generation
+        # The grammar of a generation after a call the server ran (`generation.decoding` is
+        # the first one's): `required` or a named tool would never let the loop end there.
+        self.after_call = after_call
         self.run = run
         self.prompts = prompts if prompts is not None else InlinePrompts(request)
         # The one chunk-to-step loop; `clock` stamps `completed_at`, as on a plain response.
@@ -299,6 +303,7 @@ class AgentGeneration:
             request_id=f"{self.generation.request_id}-{self.rounds}",
             prompt_token_ids=prompt,
             max_output_tokens=None if limit is None else limit - state.output_tokens,
+            decoding=self.generation.decoding if self.rounds == 0 else self.after_call,
         )
         async with contextlib.aclosing(self.driver.generate(request)) as batches:
             async for batch in batches:
@@ -418,6 +423,7 @@ def generation_for(
     *,
     clock: Callable[[], float] | None = None,
     prompts: Prompts | None = None,
+    after_call: DecodingConstraint | None = None,
 ) -> Generation | AgentGeneration:
     """The driver's plain `Generation`, or the agent loop when the request has server tools.
 
@@ -426,5 +432,13 @@ def generation_for(
     if agent is None:
         return Generation(source, generation, grammar, response, clock=clock)
     return AgentGeneration(
-        source, request, generation, grammar, response, agent, prompts=prompts, clock=clock
+        source,
+        request,
+        generation,
+        grammar,
+        response,
+        agent,
+        prompts=prompts,
+        clock=clock,
+        after_call=after_call,
     )

@@ -16,7 +16,7 @@ from typing import Any
 
 import attrs
 
-from streamfold.engines import GenerationRequest, SamplingParams
+from streamfold.engines import DecodingConstraint, GenerationRequest, SamplingParams
 from streamfold.statemachine import ReasoningConfig, Response
 from streamfold.statemachine._grammar import Grammar
 
@@ -58,6 +58,9 @@ class Prepared:
     agent: AgentRun | None = None  # the server-side tools: the agent loop runs the response
     # Where the agent loop renders its prompts: the same renderer, checks and limits.
     prompts: AgentPrompts | None = None
+    # The agent loop's grammar for a generation after a call the server ran (`required` and a
+    # named tool relax to `auto` there, or the loop could never end).
+    after_call: DecodingConstraint | None = None
 
 
 def new_response_id() -> str:
@@ -170,4 +173,7 @@ async def prepare(
         saved_input=saved_input(request.previous_response_id, own),
         agent=agent,
         prompts=prompts,
+        after_call=(
+            None if agent is None else engine.format.constraint_for(request, after_call=True)
+        ),
     )

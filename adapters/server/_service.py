@@ -241,6 +241,7 @@ class ResponseService:
             prepared.agent,
             clock=self.clock,
             prompts=prepared.prompts,
+            after_call=prepared.after_call,
         )
         try:
             if run.logged and self._input_store is not None:

@@ -373,3 +373,22 @@ def test_a_server_that_cannot_be_listed_is_reported_and_not_offered(
     assert "could not list the tools of MCP server 'down'" in listed["down"].error
     prompt = agent_server.source.prompts("unlisted")[-1]
     assert "## demo" in prompt and "## down" not in prompt
+
+
+def test_required_forces_the_first_call_and_relaxes_after_the_server_ran_it(
+    agent_server: AgentServer,
+) -> None:
+    """Structured outputs in the server's own loop (issue 30): `tool_choice: "required"` holds
+    the first generation to a call, and the generation after the server ran it is `auto`
+    (else the loop could never answer)."""
+    _, response = stream(
+        agent_server,
+        model="python",
+        tools=[{"type": "code_interpreter", "container": {"type": "auto"}}],
+        tool_choice="required",
+    )
+    assert response.status == "completed" and _types(response)[-1] == "message"
+    first, after = [r for r in agent_server.source.requests if r.model == "python"][-2:]
+    assert first.decoding is not None and "final:" not in first.decoding.grammar
+    assert "to=python" in first.decoding.grammar
+    assert after.decoding is None  # auto with free tools: nothing to enforce
