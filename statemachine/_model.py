@@ -485,10 +485,18 @@ class ToolChoiceFunction:
     name: str
 
 
+ReasoningEffort = Literal["none", "minimal", "low", "medium", "high", "xhigh", "max"]
+
+
 @attrs.frozen(kw_only=True)
 class ReasoningConfig:
-    effort: Literal["minimal", "low", "medium", "high"] | None = None
+    """openai `Reasoning`. gpt-oss has three efforts; the chat format maps the others onto
+    them (`none`/`minimal` low, `xhigh`/`max` high). `context: all_turns` keeps the
+    reasoning of earlier turns in the prompt, which harmony otherwise drops after an answer."""
+
+    effort: ReasoningEffort | None = None
     summary: Literal["auto", "concise", "detailed"] | None = None
+    context: Literal["auto", "current_turn", "all_turns"] | None = None
 
 
 @attrs.frozen(kw_only=True)

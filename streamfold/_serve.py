@@ -87,6 +87,14 @@ def add_serve_parser(
         help="SQLite file of the event log (default: "
         f"{default_store_path()}); ':memory:' keeps nothing across restarts",
     )
+    p.add_argument(
+        "--reasoning-key-file",
+        default=None,
+        metavar="PATH",
+        help="keys that seal reasoning items' encrypted_content, one secret a line (the first "
+        "seals, all open; default: $STREAMFOLD_REASONING_KEY, else a random key per "
+        "process, whose blobs do not survive a restart)",
+    )
     p.add_argument("--log-level", default="info", choices=("debug", "info", "warning", "error"))
     tools = p.add_argument_group(
         "agent tools", "server-side tools a request may use (all off by default; docs/agents.md)"
@@ -240,6 +248,8 @@ def run_serve(args: argparse.Namespace) -> int:
     from streamfold.adapters.server import (
         EventStore,
         MemoryEventStore,
+        ReasoningKeyError,
+        ReasoningKeys,
         SQLiteEventStore,
         create_app,
         serving_asyncio,
@@ -271,6 +281,15 @@ def run_serve(args: argparse.Namespace) -> int:
     try:
         limits = _limits(args)
     except ValueError as exc:
+        print(f"streamfold serve: {exc}", file=sys.stderr)
+        return 2
+    try:
+        reasoning_keys = (
+            ReasoningKeys.from_file(args.reasoning_key_file)
+            if args.reasoning_key_file
+            else ReasoningKeys.from_environment()
+        )
+    except ReasoningKeyError as exc:
         print(f"streamfold serve: {exc}", file=sys.stderr)
         return 2
     try:
@@ -308,6 +327,7 @@ def run_serve(args: argparse.Namespace) -> int:
                 limits=limits,
                 api_keys=keys,
                 allowed_hosts=args.allowed_host,
+                reasoning_keys=reasoning_keys,
             ),
             log_level=args.log_level,
             timeout_graceful_shutdown=10,

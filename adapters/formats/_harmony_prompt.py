@@ -52,13 +52,21 @@ from ._harmony_tools import history_messages, with_server_tools
 
 __all__ = ["render_prompt", "stop_token_ids"]
 
-# Responses has a `minimal` effort that harmony lacks: the nearest is `low`.
-_EFFORT = {"minimal": "LOW", "low": "LOW", "medium": "MEDIUM", "high": "HIGH"}
+#: Responses efforts onto harmony's three: below `low` is `low`, above `high` is `high`.
+EFFORT = {
+    "none": "LOW",
+    "minimal": "LOW",
+    "low": "LOW",
+    "medium": "MEDIUM",
+    "high": "HIGH",
+    "xhigh": "HIGH",
+    "max": "HIGH",
+}
 
 
 def _system(request: CreateRequest, namespaces: Sequence[Any] = ()) -> Any:
     effort = (request.reasoning and request.reasoning.effort) or "medium"
-    content = h.SystemContent.new().with_reasoning_effort(h.ReasoningEffort[_EFFORT[effort]])
+    content = h.SystemContent.new().with_reasoning_effort(h.ReasoningEffort[EFFORT[effort]])
     # tool_choice "none": no tool is shown, server-side ones included.
     if request.tool_choice != "none":
         content = with_server_tools(content, namespaces)
@@ -201,7 +209,12 @@ def _harmony_render(
     messages += _turns(request)
     messages += after
     conversation = h.Conversation.from_messages(messages)
-    ids = harmony_encoding().render_conversation_for_completion(conversation, h.Role.ASSISTANT)
+    # harmony drops the reasoning of turns that ended in an answer; `all_turns` keeps it.
+    keep = request.reasoning is not None and request.reasoning.context == "all_turns"
+    config = h.RenderConversationConfig(auto_drop_analysis=not keep)
+    ids = harmony_encoding().render_conversation_for_completion(
+        conversation, h.Role.ASSISTANT, config
+    )
     return tuple(ids)
 
 

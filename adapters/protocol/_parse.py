@@ -79,7 +79,7 @@ def _metadata(value: Any, _: Any) -> dict[str, str] | None:
     return dict(value)
 
 
-_REASONING_KEYS = frozenset({"effort", "summary", "generate_summary"})
+_REASONING_KEYS = frozenset({"effort", "summary", "generate_summary", "context"})
 
 
 def _reasoning(value: Any, _: Any) -> ReasoningConfig | None:
@@ -93,7 +93,8 @@ def _reasoning(value: Any, _: Any) -> ReasoningConfig | None:
             f"unknown field {unknown[0]!r}; reasoning takes {', '.join(sorted(_REASONING_KEYS))}"
         )
     summary = value.get("summary", value.get("generate_summary"))
-    return _reasoning_config({"effort": value.get("effort"), "summary": summary}, ReasoningConfig)
+    fields = {"effort": value.get("effort"), "summary": summary, "context": value.get("context")}
+    return _reasoning_config(fields, ReasoningConfig)
 
 
 def _tools(value: Any, _: Any) -> tuple[RequestTool, ...]:

@@ -23,6 +23,7 @@ from ._gc import serving_asyncio, tune_gc_for_serving
 from ._http import Parser, uvicorn_http
 from ._limits import ServerLimits
 from ._prepare import Prepared
+from ._reasoning_keys import KEY_ENV, ReasoningKeyError, ReasoningKeys
 from ._service import ResponseService, ServiceNotRunningError
 from ._sqlite import SQLiteEventStore, StoreLockedError
 from ._sse import EventStreamResponse
@@ -38,6 +39,7 @@ from ._store import (
 
 __all__ = [
     "ENGINES",
+    "KEY_ENV",
     "CreateRequest",
     "Engine",
     "EngineFactory",
@@ -48,6 +50,8 @@ __all__ = [
     "MemoryEventStore",
     "Parser",
     "Prepared",
+    "ReasoningKeyError",
+    "ReasoningKeys",
     "Records",
     "ReplayEngine",
     "RequestError",

@@ -28,6 +28,7 @@ from ._input_items import DEFAULT_LIMIT
 from ._limits import MAX_SAFE_INTEGER, ServerLimits, decode_body, read_body, shown
 from ._prepare import Prepared, new_response_id
 from ._readiness import Readiness, health
+from ._reasoning_keys import ReasoningKeys
 from ._service import ResponseService, ServiceNotRunningError
 from ._sse import EventStreamResponse
 from ._store import EventStore, MemoryEventStore
@@ -187,6 +188,7 @@ def create_app(
     limits: ServerLimits | None = None,
     api_keys: Sequence[str] = (),
     allowed_hosts: Sequence[str] = (),
+    reasoning_keys: ReasoningKeys | None = None,
 ) -> Starlette:
     """The Responses API as a Starlette app (routes under `/v1`, and `GET /health`: 200 when
     ready, 503 while the engine warms up; see `_readiness`), ready for uvicorn.
@@ -202,6 +204,9 @@ def create_app(
     and a response is visible to the key that made it only. Every request must name this
     server in `Host` (the address it came in on, or one of `allowed_hosts`), and a POST body
     must be `application/json` (see `_guard.py`).
+
+    `reasoning_keys` seal and open reasoning items' `encrypted_content` (default:
+    `ReasoningKeys.from_environment()`, see `_reasoning_keys.py`).
     """
     owned = None
     store = store if store is not None else MemoryEventStore()
@@ -213,9 +218,12 @@ def create_app(
             new_id=owned.owned_id,
             agent=agent,
             limits=limits,
+            reasoning_keys=reasoning_keys,
         )
     else:
-        service = ResponseService(engine, store, agent=agent, limits=limits)
+        service = ResponseService(
+            engine, store, agent=agent, limits=limits, reasoning_keys=reasoning_keys
+        )
     readiness = Readiness.for_service(service)
 
     @contextlib.asynccontextmanager

@@ -33,6 +33,7 @@ from ..structured import check_bodies
 from ._approvals import check_approvals
 from ._conversation import earlier_conversation, saved_input
 from ._limits import ServerLimits, check_body
+from ._reasoning_keys import ReasoningKeys, open_reasoning
 from ._references import resolve_references
 from ._render import AgentPrompts, Renderer
 from ._store import EventStore
@@ -81,6 +82,7 @@ async def prepare(
     running: Callable[[str], bool],
     new_id: Callable[[], str],
     clock: Callable[[], float],
+    reasoning_keys: ReasoningKeys | None = None,
 ) -> Prepared:
     """Validate a `POST /v1/responses` body; raises `RequestError` (4xx) naming the field.
 
@@ -103,6 +105,8 @@ async def prepare(
             f"{request.max_output_tokens}",
             param="max_output_tokens",
         )
+    if reasoning_keys is not None:
+        request = open_reasoning(request, reasoning_keys, len(own))
     request = served_tools(request, agent_config)
     agent = prepare_agent(request, agent_config, len(own))
     check_bodies(request)

@@ -50,6 +50,7 @@ from ._limits import ServerLimits
 from ._logwriter import LogWriter
 from ._prepare import Prepared, new_response_id, prepare
 from ._reading import STORE_FAILED, follow, input_items, not_found, response_of, unreadable
+from ._reasoning_keys import ENCRYPTED_INCLUDE, ReasoningKeys, seal_events
 from ._recovery import damaged_responses, end_interrupted
 from ._render import Renderer
 from ._run import CLIENT_LEFT, Run
@@ -95,8 +96,13 @@ class ResponseService:
         clock: Callable[[], float] = time.time,
         agent: AgentConfig | None = None,
         limits: ServerLimits | None = None,
+        reasoning_keys: ReasoningKeys | None = None,
     ) -> None:
         self.engine = engine
+        #: Seal and open reasoning items' `encrypted_content` (`_reasoning_keys.py`).
+        self.reasoning_keys = (
+            reasoning_keys if reasoning_keys is not None else ReasoningKeys.from_environment()
+        )
         self.limits = limits if limits is not None else ServerLimits()
         self.renderer = Renderer(self.limits, engine.format)
         self.store = store
@@ -109,6 +115,8 @@ class ResponseService:
         self._input_store = store if isinstance(store, InputStore) else None
         self.unreadable: set[str] = set()  # responses the store holds but cannot read
         self.unstored: dict[str, str] = {}  # the final Response of runs the store refused
+        #: Runs whose reasoning items are sealed, with the blobs made so far.
+        self._sealing: dict[str, dict[str, str]] = {}
         self._task_group: TaskGroup | None = None
         self._stop_message = CANCELLED
 
@@ -161,6 +169,7 @@ class ResponseService:
             running=running,
             new_id=self.new_id,
             clock=self.clock,
+            reasoning_keys=self.reasoning_keys,
         )
 
     # --- driving a response -------------------------------------------------------------
@@ -182,6 +191,9 @@ class ResponseService:
 
         A logged batch is published by its commit (`LogWriter`), even when this run is
         cancelled while it waits for that commit."""
+        sealed = self._sealing.get(run.id)
+        if sealed is not None:  # the client keeps the reasoning (`_reasoning_keys.py`)
+            events = seal_events(events, self.reasoning_keys, sealed)
         records = records_of(events)
         if records and run.logged:
             try:
@@ -246,6 +258,8 @@ class ResponseService:
         try:
             if run.logged and self._input_store is not None:
                 await self._save_input(self._input_store, run, prepared)
+            if ENCRYPTED_INCLUDE in prepared.request.include:
+                self._sealing[run.id] = {}
             async with contextlib.aclosing(generation.batches()) as batches:
                 async for events in batches:
                     yield await self._record(run, events)
@@ -266,6 +280,7 @@ class ResponseService:
                 with anyio.CancelScope(shield=True):
                     await self._close(run, generation, "abort", run.stop_message)
             run.finish()
+            self._sealing.pop(run.id, None)
             # Memory holds running responses only: a finished one is served from the store.
             self.live.pop(run.id, None)
 

@@ -365,7 +365,7 @@ def test_a_response_still_streaming_to_its_client_cannot_be_deleted(server: Serv
             {"model": "greeting", "input": "hi", "tool_choice": {"type": "function", "name": "f"}},
             "tool_choice.name",
         ),
-        ({"model": "greeting", "input": "hi", "reasoning": {"effort": "max"}}, "reasoning.effort"),
+        ({"model": "greeting", "input": "hi", "reasoning": {"effort": "big"}}, "reasoning.effort"),
         ({"model": "greeting", "input": "hi", "metadata": {"k": 1}}, "metadata"),
         ({"model": "greeting", "input": "hi", "background": True, "store": False}, "store"),
         (
