@@ -18,6 +18,7 @@ from ._store import EventRecord, EventStore, InputStore, Records, StoreError
 __all__ = [
     "PAGE_EVENTS",
     "STORE_FAILED",
+    "failed_records",
     "follow",
     "input_items",
     "not_found",
@@ -33,13 +34,14 @@ STORE_FAILED = "the response store failed, so the response was not stored"
 
 
 async def follow(
-    store: EventStore, response_id: str, after: int, run: Run | None, *, unstored: bool
+    store: EventStore, response_id: str, after: int, run: Run | None, *, unstored: str | None
 ) -> AsyncGenerator[Records, None]:
     """The log of `response_id` after `after`, then `run`'s live events until the terminal
-    one, in batches (see `ResponseService.follow`). `unstored`: its store refused it."""
+    one, in batches (see `ResponseService.follow`). `unstored`: the final Response (JSON) of a
+    response its store refused."""
     position = after + 1
-    if run is None and unstored:
-        yield error_records(position, f"response {response_id} was not stored ({STORE_FAILED})")
+    if run is None and unstored is not None:
+        yield failed_records(unstored, after)
         return
     try:
         while True:
@@ -102,6 +104,35 @@ def error_records(sequence_number: int, message: str) -> Records:
         "sequence_number": sequence_number,
     }
     return Records([EventRecord(sequence_number, "error", json.dumps(data))])
+
+
+def failed_records(response_json: str, after: int) -> Records:
+    """A response the store refused, streamed as the failed response it is (issue 29: a lone
+    `error` event broke the stream's contract, checker rule R4): `response.created`,
+    `response.in_progress`, then `response.failed` with its final Response, each after the
+    cursor `after`."""
+    final = json.loads(response_json)
+    created = {
+        **final,
+        "status": "in_progress",
+        "output": [],
+        "error": None,
+        "incomplete_details": None,
+        "usage": None,
+    }
+    events = [
+        ("response.created", created),
+        ("response.in_progress", created),
+        ("response.failed", final),
+    ]
+    return Records(
+        [
+            EventRecord(n, kind, json.dumps({"type": kind, "sequence_number": n, "response": r}))
+            for n, (kind, r) in enumerate(events)
+            if n > after
+        ],
+        fresh=False,
+    )
 
 
 def response_of(event: str | None) -> dict[str, Any]:

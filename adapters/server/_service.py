@@ -363,8 +363,7 @@ class ResponseService:
         sent before the next is read, so a client that reads slowly holds one page in memory.
         """
         run = run if run is not None else self.live.get(response_id)
-        unstored = response_id in self.unstored
-        return follow(self.store, response_id, after, run, unstored=unstored)
+        return follow(self.store, response_id, after, run, unstored=self.unstored.get(response_id))
 
     async def cancel(self, response_id: str) -> dict[str, Any]:
         """Cancel a background response (idempotent); returns the final Response."""

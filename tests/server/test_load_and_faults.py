@@ -269,6 +269,29 @@ def test_a_failing_store_does_not_take_the_server_down(trace_dir: Path) -> None:
         wait_for(lambda: not service.live)
 
 
+def test_a_response_the_store_refused_streams_as_the_failed_response(trace_dir: Path) -> None:
+    """Issue 29: after the disk filled mid-response, streaming that response gave a lone
+    `error` event (checker rule R4); it streams as the failed response it is."""
+    app = create_app(make_engine(trace_dir).engine(), store=FailingStore())
+    with serve(app) as url:
+        client = OpenAI(base_url=f"{url}/v1", api_key="x", max_retries=0)
+        created = client.responses.create(model="long", input="x", background=True)
+        wait_for(lambda: client.responses.retrieve(created.id).status != "in_progress")
+        streamed = [
+            json.loads(e.model_dump_json(exclude_unset=True))
+            for e in client.responses.retrieve(created.id, stream=True)
+        ]
+        assert not check(streamed)
+        assert [e["type"] for e in streamed] == [
+            "response.created",
+            "response.in_progress",
+            "response.failed",
+        ]
+        assert "not stored" in streamed[-1]["response"]["error"]["message"]
+        after = client.responses.retrieve(created.id, stream=True, starting_after=1)
+        assert [e.type for e in after] == ["response.failed"]
+
+
 def test_a_non_streaming_client_that_leaves_aborts_its_generation(trace_dir: Path) -> None:
     """Regression: a foreground non-streaming request kept generating after its client left."""
     from streamfold.adapters.registry import ReplayEngine
