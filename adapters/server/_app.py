@@ -18,7 +18,7 @@ from starlette.exceptions import HTTPException
 from starlette.middleware import Middleware
 from starlette.requests import Request
 from starlette.responses import JSONResponse
-from starlette.routing import Route
+from starlette.routing import Route, WebSocketRoute
 
 from ..agent._config import AgentConfig
 from ..protocol import RequestError
@@ -32,6 +32,7 @@ from ._reasoning_keys import ReasoningKeys
 from ._service import ResponseService, ServiceNotRunningError
 from ._sse import EventStreamResponse
 from ._store import EventStore, MemoryEventStore
+from ._websocket import responses_socket
 
 __all__ = ["create_app"]
 
@@ -237,6 +238,7 @@ def create_app(
     app = Starlette(
         routes=[
             Route("/v1/responses", create_response, methods=["POST"]),
+            WebSocketRoute("/v1/responses", responses_socket),
             Route("/v1/responses/{response_id}", retrieve_response, methods=["GET"]),
             Route("/v1/responses/{response_id}", delete_response, methods=["DELETE"]),
             Route("/v1/responses/{response_id}/input_items", list_input_items, methods=["GET"]),

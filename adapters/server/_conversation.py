@@ -20,7 +20,7 @@ from typing import Any
 from ..protocol import CARRIED_ITEM_TYPES, RequestError
 from ._store import EventStore, InputStore, StoredResponse
 
-__all__ = ["conversation_of", "earlier_conversation", "saved_input"]
+__all__ = ["carried_items", "conversation_of", "earlier_conversation", "saved_input"]
 
 
 def saved_input(previous_id: str | None, items: list[Any]) -> Any:
@@ -28,12 +28,17 @@ def saved_input(previous_id: str | None, items: list[Any]) -> Any:
     return {"previous_response_id": previous_id, "items": items} if previous_id else items
 
 
-def _carried(stored: StoredResponse) -> list[Any]:
+def carried_items(response: dict[str, Any]) -> list[Any]:
+    """The output items of a Response (wire JSON) that a later request's prompt shows again."""
     return [
         item
-        for item in stored.response().get("output", [])
+        for item in response.get("output", [])
         if isinstance(item, dict) and item.get("type") in CARRIED_ITEM_TYPES
     ]
+
+
+def _carried(stored: StoredResponse) -> list[Any]:
+    return carried_items(stored.response())
 
 
 async def conversation_of(store: EventStore, response_id: str) -> list[Any] | None:

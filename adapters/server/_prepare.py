@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 import logging
 import secrets
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import attrs
@@ -56,6 +56,9 @@ class Prepared:
     # What the store keeps of the input, so that a later request can follow this response: the
     # request's own items, and the response it followed (`_conversation.saved_input`).
     saved_input: Any = attrs.Factory(list)
+    # The whole input as wire items: the conversation it follows, then its own items (what a
+    # WebSocket connection keeps of a `store: false` response, `_websocket.py`).
+    conversation: list[Any] = attrs.Factory(list)
     agent: AgentRun | None = None  # the server-side tools: the agent loop runs the response
     # Where the agent loop renders its prompts: the same renderer, checks and limits.
     prompts: AgentPrompts | None = None
@@ -83,19 +86,25 @@ async def prepare(
     new_id: Callable[[], str],
     clock: Callable[[], float],
     reasoning_keys: ReasoningKeys | None = None,
+    recent: Mapping[str, list[Any]] | None = None,
 ) -> Prepared:
     """Validate a `POST /v1/responses` body; raises `RequestError` (4xx) naming the field.
 
     `body_bytes`, the size of the JSON text, decides where the prompt is rendered (see
     `_render.py`); without it, the body is measured. `running(id)` says whether a response
-    is still being generated here (its stored conversation is then incomplete)."""
+    is still being generated here (its stored conversation is then incomplete). `recent`:
+    whole conversations of responses the store does not hold (a WebSocket connection's
+    `store: false` responses), by id, which `previous_response_id` may name too."""
     check_body(body, limits)
     if body_bytes is None:
         body_bytes = len(json.dumps(body))
     body = await resolve_references(store, body)
     previous = body.get("previous_response_id") if isinstance(body, dict) else None
     earlier: list[Any] = []
-    if isinstance(previous, str) and previous:
+    cached = recent.get(previous) if recent is not None and isinstance(previous, str) else None
+    if cached is not None:
+        earlier = cached
+    elif isinstance(previous, str) and previous:
         earlier = await earlier_conversation(store, previous, running=running(previous))
     request = parse_create_request(body, earlier=parse_input_items(earlier))
     own = input_items(body["input"])
@@ -174,7 +183,13 @@ async def prepare(
         response=response,
         generation=generation,
         grammar=grammar,
-        saved_input=saved_input(request.previous_response_id, own),
+        # Following a response the store lacks, the store keeps the whole conversation.
+        saved_input=(
+            [*earlier, *own]
+            if cached is not None
+            else saved_input(request.previous_response_id, own)
+        ),
+        conversation=[*earlier, *own],
         agent=agent,
         prompts=prompts,
         after_call=(

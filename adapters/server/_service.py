@@ -31,7 +31,7 @@ import contextlib
 import json
 import logging
 import time
-from collections.abc import AsyncGenerator, AsyncIterator, Callable
+from collections.abc import AsyncGenerator, AsyncIterator, Callable, Mapping
 from typing import Any, Literal
 
 import anyio
@@ -150,9 +150,15 @@ class ResponseService:
 
     # --- preparing a request ------------------------------------------------------------
 
-    async def prepare(self, body: Any, *, body_bytes: int | None = None) -> Prepared:
+    async def prepare(
+        self,
+        body: Any,
+        *,
+        body_bytes: int | None = None,
+        recent: Mapping[str, list[Any]] | None = None,
+    ) -> Prepared:
         """Validate a `POST /v1/responses` body; raises `RequestError` (4xx) naming the field
-        (see `_prepare.prepare`)."""
+        (see `_prepare.prepare`; `recent`: conversations the store lacks, by response id)."""
 
         def running(response_id: str) -> bool:
             run = self.live.get(response_id)
@@ -170,6 +176,7 @@ class ResponseService:
             new_id=self.new_id,
             clock=self.clock,
             reasoning_keys=self.reasoning_keys,
+            recent=recent,
         )
 
     # --- driving a response -------------------------------------------------------------

@@ -1,0 +1,193 @@
+"""The WebSocket transport: `/v1/responses` upgraded, as openai-python's
+`client.responses.connect()` opens it, one connection carrying many responses.
+
+Client messages are JSON text: `response.create` with the fields of a `POST /v1/responses`
+body (less `stream`, implied, and `background`, refused), optionally `stream_id` (a lane) and
+`generate: false` (a warm-up: the request is prepared, its prompt rendered, and an empty
+completed response answers it, whose id a later create may follow). Server messages are the
+events an SSE stream of the same request carries, the same records (`Records`) from the same
+service, each one JSON text message (with `stream_id` added when the create named one), and
+`error` messages, `{"type": "error", "status", "error": {"type", "code", "message",
+"param"}}`, for a create the server refuses or a message it does not know; the connection
+stays open after them.
+
+Lanes: creates with the same `stream_id` (or none) are answered one after another, in order;
+different lanes run side by side. A connection remembers its last `RECENT` `store: false`
+responses (their whole conversation as wire items), so `previous_response_id` continues them
+as it continues stored ones: the earlier conversation is put before the new input. An id
+neither remembered nor stored is an `error` with code `previous_response_not_found` (the
+client then sends its whole context). A closed socket cancels its running responses, which
+end `cancelled` in the log, as a foreground HTTP stream whose client leaves.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import math
+from collections import OrderedDict
+from typing import Any
+
+import anyio
+from anyio.abc import TaskGroup
+from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
+from starlette.websockets import WebSocket, WebSocketDisconnect
+
+from streamfold.adapters.driver import Generation
+
+from ..protocol import RequestError
+from ._conversation import carried_items
+from ._limits import ServerLimits, decode_body
+from ._prepare import Prepared
+from ._service import ResponseService
+from ._store import EventRecord, records_of
+
+__all__ = ["RECENT", "responses_socket"]
+
+log = logging.getLogger("streamfold.server")
+
+#: `store: false` responses a connection remembers for `previous_response_id`.
+RECENT = 64
+
+Create = tuple[dict[str, Any], bool]  # a create's body, and whether it generates
+
+
+def socket_error(exc: RequestError, lane: str | None = None) -> dict[str, Any]:
+    """A refused request as the WebSocket `error` message (with its create's lane)."""
+    error = exc.body()["error"]
+    if exc.status == 404 and exc.param == "previous_response_id":
+        error["code"] = "previous_response_not_found"
+    message = {"type": "error", "status": exc.status, "error": error}
+    return message if lane is None else {**message, "stream_id": lane}
+
+
+async def responses_socket(websocket: WebSocket) -> None:
+    """The `/v1/responses` WebSocket endpoint (see the module docstring)."""
+    await websocket.accept()
+    await _Connection(websocket.app.state.streamfold, websocket).serve()
+
+
+class _Connection:
+    def __init__(self, service: ResponseService, websocket: WebSocket) -> None:
+        self.service = service
+        self.websocket = websocket
+        self.lanes: dict[str | None, MemoryObjectSendStream[Create]] = {}
+        self.recent: OrderedDict[str, list[Any]] = OrderedDict()
+
+    async def serve(self) -> None:
+        async with anyio.create_task_group() as tasks:
+            try:
+                while True:
+                    message = await self.websocket.receive()
+                    if message["type"] == "websocket.disconnect":
+                        break
+                    text = message.get("text")
+                    if text is None:
+                        text = (message.get("bytes") or b"").decode("utf-8", "replace")
+                    await self._take(text, tasks)
+            finally:
+                # The client has gone: its running responses are cancelled (their logs end).
+                tasks.cancel_scope.cancel()
+
+    async def _take(self, text: str, tasks: TaskGroup) -> None:
+        """One client message: a create joins its lane's queue; anything else is an error."""
+        try:
+            lane, create = _create_of(text, self.service.limits)
+        except RequestError as exc:
+            await self._send_json(socket_error(exc))
+            return
+        queue = self.lanes.get(lane)
+        if queue is None:
+            queue, queued = anyio.create_memory_object_stream[Create](math.inf)
+            self.lanes[lane] = queue
+            tasks.start_soon(self._lane, lane, queued, tasks)
+        queue.send_nowait(create)
+
+    async def _lane(
+        self, lane: str | None, queued: MemoryObjectReceiveStream[Create], tasks: TaskGroup
+    ) -> None:
+        async for body, generate in queued:
+            try:
+                await self._respond(lane, body, generate)
+            except RequestError as exc:
+                await self._send_json(socket_error(exc, lane))
+            except (WebSocketDisconnect, OSError, RuntimeError):
+                # The socket is closed (uvicorn refuses sends after the close): nobody reads.
+                log.debug("a WebSocket closed while a response was sent", exc_info=True)
+                tasks.cancel_scope.cancel()
+                return
+
+    async def _respond(self, lane: str | None, body: dict[str, Any], generate: bool) -> None:
+        prepared = await self.service.prepare(body, recent=self.recent)
+        suffix = "" if lane is None else f', "stream_id": {json.dumps(lane)}}}'
+        last: EventRecord | None = None
+        if generate:
+            async with contextlib.aclosing(self.service.stream(prepared)) as batches:
+                async for batch in batches:
+                    for record in batch.records:
+                        await self._send_record(record, suffix)
+                    last = batch.records[-1] if batch.records else last
+        else:  # a warm-up: opened and completed at once, with no output, and not logged
+            generation = Generation(
+                self.service.engine.source,
+                prepared.generation,
+                prepared.grammar,
+                prepared.response,
+                clock=self.service.clock,
+            )
+            for record in records_of(generation.close("stop")):
+                await self._send_record(record, suffix)
+                last = record
+        if last is not None and last.terminal:
+            self._remember(prepared, json.loads(last.data)["response"], stored=generate)
+
+    def _remember(self, prepared: Prepared, response: dict[str, Any], *, stored: bool) -> None:
+        """Keep a response's conversation when the store does not (`store: false`, or a
+        warm-up, which is never logged)."""
+        if stored and prepared.request.store is not False:
+            return
+        self.recent[prepared.response.id] = [*prepared.conversation, *carried_items(response)]
+        while len(self.recent) > RECENT:
+            self.recent.popitem(last=False)
+
+    async def _send_record(self, record: EventRecord, suffix: str) -> None:
+        data = record.data if not suffix else record.data[:-1] + suffix
+        await self.websocket.send_text(data)
+
+    async def _send_json(self, message: dict[str, Any]) -> None:
+        await self.websocket.send_text(json.dumps(message))
+
+
+def _create_of(text: str, limits: ServerLimits) -> tuple[str | None, Create]:
+    """A client message as a create (its lane, body and `generate`), or a `RequestError`."""
+    raw = text.encode("utf-8", "surrogatepass")
+    if len(raw) > limits.max_body_bytes:
+        raise RequestError(
+            f"the message is larger than this server's limit of {limits.max_body_bytes} bytes",
+            status=413,
+            code="request_too_large",
+        )
+    message = decode_body(raw)
+    kind = message.get("type") if isinstance(message, dict) else None
+    if kind != "response.create":
+        raise RequestError(
+            f"unknown message type {json.dumps(kind)[:80]}: this server takes response.create",
+            param="type",
+            code="unknown_event",
+        )
+    body = {k: v for k, v in message.items() if k not in ("type", "stream_id", "generate")}
+    lane = message.get("stream_id")
+    if lane is not None and not isinstance(lane, str):
+        raise RequestError("stream_id must be a string", param="stream_id")
+    generate = message.get("generate", True)
+    if not isinstance(generate, bool):
+        raise RequestError("generate must be true or false", param="generate")
+    if body.pop("background", None):
+        raise RequestError(
+            "background responses are not served over a WebSocket; create them with "
+            "POST /v1/responses",
+            param="background",
+        )
+    body.pop("stream", None)  # every response on a socket streams
+    return lane, (body, generate)

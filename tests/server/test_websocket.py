@@ -1,0 +1,186 @@
+"""Issue 32, part 1: WebSocket mode over a real socket, with openai-python's
+`client.responses.connect()` (the upgrade used to be a 403).
+
+The conversation directory `chat/` answers a first turn with `0.jsonl` and a request whose
+prompt already holds one model turn with `1.jsonl`, so the second answer shows that the second
+generation saw the first (its conversation was really spliced in, `store: false` and all).
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import openai
+import pytest
+from websockets.sync.client import connect
+
+from streamfold.adapters.registry import ReplayEngine
+from streamfold.adapters.server import create_app
+from streamfold.engines import TokenChunk, dump_trace
+from streamfold.specs import check
+from streamfold.statemachine import parse_sse
+
+from .helpers import GREETING, LONG_ANSWER, encode, write_traces
+from .serving import serve
+
+SECOND = "<|channel|>final<|message|>You said hello before.<|return|>"
+
+
+@pytest.fixture(scope="module")
+def url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    root = write_traces(tmp_path_factory.mktemp("ws"), {"greeting": GREETING, "long": LONG_ANSWER})
+    write_traces(root / "chat", {"0": GREETING, "1": SECOND})
+    with serve(create_app(ReplayEngine(root).engine())) as base:
+        yield base
+
+
+def _client(url: str) -> openai.OpenAI:
+    return openai.OpenAI(base_url=f"{url}/v1", api_key="x", max_retries=0)
+
+
+def _until_end(connection: Any) -> list[Any]:
+    """The events of one response, up to its terminal event (or an `error` message)."""
+    events = []
+    for event in connection:
+        events.append(event)
+        if event.type in ("response.completed", "response.failed", "response.incomplete"):
+            return events
+        if event.type == "error":
+            return events
+    raise AssertionError("the connection closed before the response ended")
+
+
+def test_two_turns_on_one_connection_continue_a_response_the_store_never_held(url: str) -> None:
+    client = _client(url)
+    with client.responses.connect() as connection:
+        connection.response.create(model="chat", input="Hello!", store=False)
+        first = _until_end(connection)
+        assert first[-1].type == "response.completed"
+        first_id = first[-1].response.id
+        assert first[-1].response.output_text == "Hello there, how can I help?"
+        connection.response.create(
+            model="chat", input="What did I say?", store=False, previous_response_id=first_id
+        )
+        second = _until_end(connection)
+    assert second[-1].type == "response.completed", second[-1]
+    # 1.jsonl: the prompt held the first turn (without it, 0.jsonl would answer again).
+    assert second[-1].response.output_text == "You said hello before."
+    assert second[-1].response.previous_response_id == first_id
+    # Nothing of either was stored.
+    with pytest.raises(openai.NotFoundError):
+        client.responses.retrieve(first_id)
+
+
+def test_socket_events_are_the_sse_streams_events(url: str) -> None:
+    """The same records, framed as messages: the checker judges the socket's events as it
+    judges an SSE stream, and they are the SSE stream's events but for ids and times."""
+    with connect(url.replace("http://", "ws://") + "/v1/responses") as socket:
+        socket.send(json.dumps({"type": "response.create", "model": "long", "input": "hi"}))
+        on_socket = [json.loads(socket.recv(timeout=10))]
+        while on_socket[-1]["type"] != "response.completed":
+            on_socket.append(json.loads(socket.recv(timeout=10)))
+    body = {"model": "long", "input": "hi", "stream": True}
+    frames = httpx.post(f"{url}/v1/responses", json=body, timeout=10).content
+    over_sse = [json.loads(m.data) for m in parse_sse(frames)]
+    assert not check(on_socket), check(on_socket)
+
+    def same(event: dict[str, Any]) -> dict[str, Any]:
+        return {k: v for k, v in event.items() if k not in ("response", "item_id", "item")}
+
+    assert [same(e) for e in on_socket] == [same(e) for e in over_sse]
+
+
+def test_a_bad_message_gets_an_error_and_the_connection_lives(url: str) -> None:
+    client = _client(url)
+    with client.responses.connect() as connection:
+        connection._connection.send(json.dumps({"type": "response.dance"}))  # type: ignore[attr-defined]
+        error = connection.recv()
+        assert error.type == "error"
+        assert error.status == 400 and error.error.param == "type"
+        assert error.error.type == "invalid_request_error"
+        connection._connection.send("{not json")  # type: ignore[attr-defined]
+        assert connection.recv().type == "error"
+        connection.response.create(model="nope", input="hi")  # an unknown model: a 404 error
+        missing = connection.recv()
+        assert missing.type == "error" and missing.status == 404
+        assert missing.error.param == "model"
+        connection.response.create(model="greeting", input="hi")
+        assert _until_end(connection)[-1].type == "response.completed"
+
+
+def test_an_unknown_previous_response_is_previous_response_not_found(url: str) -> None:
+    with _client(url).responses.connect() as connection:
+        connection.response.create(
+            model="greeting", input="hi", store=False, previous_response_id="resp_gone"
+        )
+        error = connection.recv()
+    assert error.type == "error" and error.status == 404
+    assert error.error.code == "previous_response_not_found"
+    assert error.error.param == "previous_response_id"
+
+
+def test_a_warm_up_generates_nothing_and_a_later_create_follows_it(url: str) -> None:
+    with _client(url).responses.connect() as connection:
+        connection.response.create(model="chat", input="Hello!", store=False, generate=False)
+        warm = _until_end(connection)
+        assert [e.type for e in warm] == [
+            "response.created",
+            "response.in_progress",
+            "response.completed",
+        ]
+        assert warm[-1].response.output == []
+        connection.response.create(
+            model="chat", input="Hi", store=False, previous_response_id=warm[-1].response.id
+        )
+        answer = _until_end(connection)
+    # The warm-up's input is in the prompt, but no model turn: the first turn's answer.
+    assert answer[-1].response.output_text == "Hello there, how can I help?"
+
+
+def test_lanes_echo_their_stream_id(url: str) -> None:
+    ws_url = url.replace("http://", "ws://") + "/v1/responses"
+    with connect(ws_url) as socket:
+        for lane in ("a", "b"):
+            create = {"type": "response.create", "model": "greeting", "input": "hi"}
+            socket.send(json.dumps({**create, "stream_id": lane}))
+        ended: dict[str, int] = {}
+        seen: dict[str, list[int]] = {"a": [], "b": []}
+        while len(ended) < 2:
+            event = json.loads(socket.recv(timeout=10))
+            seen[event["stream_id"]].append(event["sequence_number"])
+            if event["type"] == "response.completed":
+                ended[event["stream_id"]] = event["sequence_number"]
+    for lane, numbers in seen.items():
+        assert numbers == list(range(ended[lane] + 1))  # each lane's events in order
+
+
+def test_a_closed_socket_cancels_its_running_response(tmp_path: Path) -> None:
+    """The client leaves mid-response: the response's log ends cancelled (as a foreground HTTP
+    stream whose client leaves), and nothing keeps generating for nobody."""
+
+    ids = [*encode("<|channel|>final<|message|>"), *encode(" a") * 2000, *encode("<|return|>")]
+    header = {"grammar": "harmony", "encoding": "o200k_harmony", "response_id": "resp_slow"}
+    header |= {"model": "slow", "created_at": 1}
+    chunks = [TokenChunk(token_ids=(t,)) for t in ids]
+    (tmp_path / "slow.jsonl").write_text(dump_trace(header, chunks, "stop"), encoding="utf-8")
+    app = create_app(ReplayEngine(tmp_path, delay=0.005).engine())
+    with serve(app) as base:
+        ws_url = base.replace("http://", "ws://") + "/v1/responses"
+        with connect(ws_url) as socket:
+            socket.send(json.dumps({"type": "response.create", "model": "slow", "input": "hi"}))
+            created = json.loads(socket.recv(timeout=10))
+            response_id = created["response"]["id"]
+            json.loads(socket.recv(timeout=10))
+        client = _client(base)
+        for _ in range(200):
+            response = client.responses.retrieve(response_id)
+            if response.status != "in_progress":
+                break
+            time.sleep(0.05)
+    assert response.status == "cancelled", response.status
+    assert response.error is not None and "client disconnected" in response.error.message
