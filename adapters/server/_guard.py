@@ -29,6 +29,7 @@ import json
 import re
 from collections.abc import Callable, Sequence
 from typing import Any
+from urllib.parse import urlsplit
 
 from ..protocol import RequestError
 from ._store import EventStore
@@ -139,15 +140,23 @@ class OwnedStore:
         return await self.inner.load_input(response_id)  # type: ignore[attr-defined, no-any-return]
 
 
-def _error(send: Any, error: RequestError) -> Any:
+def _error(send: Any, error: RequestError, scope: Any = None) -> Any:
+    """The refusal as an HTTP response; a WebSocket handshake gets the same one where the
+    server can send it (ASGI's `websocket.http.response`), else a plain 403."""
     body = json.dumps(error.body()).encode()
+    prefix = "http"
+    if scope is not None and scope["type"] == "websocket":
+        prefix = "websocket.http"
+        if "websocket.http.response" not in scope.get("extensions", {}):
+            return send({"type": "websocket.close", "code": 1008})
 
     async def answer() -> None:
         headers = [(b"content-type", b"application/json"), (b"content-length", b"%d" % len(body))]
         if error.status == 401:
             headers.append((b"www-authenticate", b'Bearer realm="streamfold"'))
-        await send({"type": "http.response.start", "status": error.status, "headers": headers})
-        await send({"type": "http.response.body", "body": body})
+        start = {"type": f"{prefix}.response.start", "status": error.status, "headers": headers}
+        await send(start)
+        await send({"type": f"{prefix}.response.body", "body": body})
 
     return answer()
 
@@ -207,7 +216,21 @@ class Guard:
                 status=421,
                 code="misdirected_request",
             )
-        if scope["method"] == "POST" and _has_body(headers):
+        if scope["type"] == "websocket":
+            # A browser lets any page open a socket to any host (no CORS, no preflight), but
+            # says which page did (`Origin`): only this server's own pages (the host and port
+            # the request names) and the operator's allowed hosts may.
+            origin = headers.get(b"origin", b"").decode("latin-1").strip().lower()
+            parts = urlsplit(origin)
+            own = parts.netloc == host or parts.hostname in self.allowed_hosts
+            if origin and not own:
+                return RequestError(
+                    f"a WebSocket opened by a page of {origin[:100]!r} is refused; its operator "
+                    "lists the names it answers for with `streamfold serve --allowed-host NAME`",
+                    status=403,
+                    code="origin_not_allowed",
+                )
+        elif scope["method"] == "POST" and _has_body(headers):
             kind = headers.get(b"content-type", b"").split(b";")[0].strip().lower()
             if kind != b"application/json":
                 return RequestError(
@@ -218,13 +241,13 @@ class Guard:
         return None
 
     async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
-        if scope["type"] != "http":
+        if scope["type"] not in ("http", "websocket"):
             await self.app(scope, receive, send)
             return
         headers = {k.lower(): v for k, v in scope["headers"]}
         refusal = self._refusal(scope, headers)
         if refusal is not None:
-            await _error(send, refusal)
+            await _error(send, refusal, scope)
             return
         owner = None
         if self.hashes and scope["path"] != "/health":
@@ -238,6 +261,7 @@ class Guard:
                         type="invalid_request_error",
                         code="invalid_api_key",
                     ),
+                    scope,
                 )
                 return
         token = OWNER.set(owner)

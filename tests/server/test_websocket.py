@@ -17,7 +17,9 @@ from typing import Any
 import httpx
 import openai
 import pytest
+from websockets.exceptions import InvalidStatus
 from websockets.sync.client import connect
+from websockets.typing import Origin
 
 from streamfold.adapters.registry import ReplayEngine
 from streamfold.adapters.server import create_app
@@ -28,6 +30,7 @@ from streamfold.statemachine import parse_sse
 from .helpers import GREETING, LONG_ANSWER, encode, write_traces
 from .serving import serve
 
+KEY_A, KEY_B = "sk-alice-0123456789", "sk-bob-9876543210"
 SECOND = "<|channel|>final<|message|>You said hello before.<|return|>"
 
 
@@ -39,8 +42,8 @@ def url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
         yield base
 
 
-def _client(url: str) -> openai.OpenAI:
-    return openai.OpenAI(base_url=f"{url}/v1", api_key="x", max_retries=0)
+def _client(url: str, key: str = "x") -> openai.OpenAI:
+    return openai.OpenAI(base_url=f"{url}/v1", api_key=key, max_retries=0)
 
 
 def _until_end(connection: Any) -> list[Any]:
@@ -184,3 +187,43 @@ def test_a_closed_socket_cancels_its_running_response(tmp_path: Path) -> None:
             time.sleep(0.05)
     assert response.status == "cancelled", response.status
     assert response.error is not None and "client disconnected" in response.error.message
+
+
+@pytest.fixture(scope="module")
+def keyed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    root = write_traces(tmp_path_factory.mktemp("wskeys"), {"greeting": GREETING})
+    with serve(create_app(ReplayEngine(root).engine(), api_keys=[KEY_A, KEY_B])) as base:
+        yield base
+
+
+def test_a_socket_needs_an_api_key_as_a_post_does(keyed: str) -> None:
+    """Issue 29's keys hold for the socket too: the guard passed every non-HTTP scope through,
+    so without this a socket ran the model with no key at all."""
+    ws_url = keyed.replace("http://", "ws://") + "/v1/responses"
+    with pytest.raises(InvalidStatus) as refused:
+        connect(ws_url)
+    assert refused.value.response.status_code == 401
+    assert json.loads(refused.value.response.body)["error"]["code"] == "invalid_api_key"
+    with _client(keyed, KEY_A).responses.connect() as connection:
+        connection.response.create(model="greeting", input="hi")
+        assert _until_end(connection)[-1].type == "response.completed"
+
+
+def test_a_socket_sees_only_its_keys_stored_responses(keyed: str) -> None:
+    mine = _client(keyed, KEY_A).responses.create(model="greeting", input="hi")
+    with _client(keyed, KEY_B).responses.connect() as connection:
+        connection.response.create(model="greeting", input="hi", previous_response_id=mine.id)
+        error = connection.recv()
+    assert error.type == "error" and error.error.code == "previous_response_not_found"
+
+
+def test_a_page_of_another_origin_cannot_open_a_socket(url: str) -> None:
+    """A browser lets any web page open a WebSocket to 127.0.0.1 (no CORS, no preflight) and
+    names the page in `Origin`: a keyless local server would run the model for any site."""
+    ws_url = url.replace("http://", "ws://") + "/v1/responses"
+    with pytest.raises(InvalidStatus) as refused:
+        connect(ws_url, origin=Origin("http://evil.example"))
+    assert refused.value.response.status_code == 403
+    with connect(ws_url, origin=Origin(url)) as socket:  # the server's own pages may
+        socket.send(json.dumps({"type": "response.create", "model": "greeting", "input": "hi"}))
+        assert json.loads(socket.recv(timeout=10))["type"] == "response.created"
