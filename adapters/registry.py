@@ -246,15 +246,32 @@ def _gpu_engine(name: str) -> EngineFactory:
             options = parse_engine_args(getattr(args, "engine_arg", []) or [])
         except EngineArgumentError as exc:
             raise EngineSetupError(str(exc)) from exc
+        chat_format = _chat_format(getattr(args, "chat_format", "harmony"), model, name)
         # Built at start-up in a worker thread, not in the event loop (see `_loading`); the
-        # server's `close()` of the source shuts the engine down. Every model served live is
-        # gpt-oss.
+        # server's `close()` of the source shuts the engine down.
         source = LoadingSource(lambda: build_engine_source(name, model, **options), name=name)
         # They enforce a request's grammar through their llguidance backends (vLLM: the
         # guidance structured-outputs backend; SGLang: `--grammar-backend llguidance`).
-        return Engine(source=source, format=HARMONY, load=source.load, enforces_constraints=True)
+        return Engine(
+            source=source, format=chat_format, load=source.load, enforces_constraints=True
+        )
 
     return factory
+
+
+def _chat_format(choice: str, model: str, engine: str) -> ChatFormat:
+    """`--chat-format`: harmony (gpt-oss), or the model's own chat template (think tags).
+    Chosen by the operator, never guessed from the model's name."""
+    if choice == "harmony":
+        return HARMONY
+    from .formats import ChatTemplateError, ChatTemplateFormat
+
+    try:
+        chat_format = ChatTemplateFormat(model)
+        chat_format.load()
+    except ChatTemplateError as exc:
+        raise EngineSetupError(f"--engine {engine} --chat-format chat-template: {exc}") from exc
+    return chat_format
 
 
 def native_engine_options(args: argparse.Namespace) -> dict[str, Any]:

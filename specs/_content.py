@@ -25,7 +25,7 @@ import json
 from collections.abc import Callable, Mapping
 from typing import Any
 
-__all__ = ["content_rules"]
+__all__ = ["budget_rule", "content_rules"]
 
 Report = Callable[[str, str], None]
 _CALLS = frozenset(

@@ -44,4 +44,12 @@ def add_engine_options(
         help="vllm, sglang: an engine option passed through (repeatable; VALUE is JSON when it "
         "parses, else a string)",
     )
+    parser.add_argument(
+        "--chat-format",
+        choices=("harmony", "chat-template"),
+        default="harmony",
+        help="vllm, sglang: how the model is prompted and read: harmony (gpt-oss), or "
+        "chat-template (a think-tag model such as Qwen3 or DeepSeek-R1: its own chat template "
+        "from --model, a local directory, and the think-tag grammar; docs/chat-formats.md)",
+    )
     add_native_engine_arguments(parser)

@@ -2,10 +2,12 @@
 see `_format.py`): its prompt, stop ids, reducer grammar and where a decoding constraint
 attaches.
 
-`HARMONY` (gpt-oss) is the one family served live today: its prompt (`_harmony_prompt.py`),
-and the agent loop's tool calls and results in its conversation (`_harmony_tools.py`).
+`HARMONY` (gpt-oss): its prompt (`_harmony_prompt.py`), and the agent loop's tool calls and
+results in its conversation (`_harmony_tools.py`). `ChatTemplateFormat` (think-tag models:
+Qwen3, DeepSeek-R1): the model's own Hugging Face chat template (`_chat_template.py`).
 """
 
+from ._chat_template import ChatTemplateError, ChatTemplateFormat, chat_messages
 from ._format import ChatFormat
 from ._harmony import HARMONY, HarmonyFormat
 from ._harmony_prompt import render_prompt, stop_token_ids
@@ -23,10 +25,13 @@ from ._harmony_tools import (
 __all__ = [
     "HARMONY",
     "ChatFormat",
+    "ChatTemplateError",
+    "ChatTemplateFormat",
     "HarmonyFormat",
     "call_channel",
     "call_message",
     "call_token",
+    "chat_messages",
     "continuation",
     "history_messages",
     "message_end_tokens",

@@ -1,0 +1,220 @@
+"""Think-tag models (Qwen3, DeepSeek-R1, Hermes-style tool callers) served with their own chat
+template: `ChatTemplateFormat`.
+
+The prompt is the model's Hugging Face chat template (`tokenizer_config.json`'s
+`chat_template`, or `chat_template.jinja` beside it) rendered by `transformers`'
+`apply_chat_template`, the renderer those templates are written for (its sandboxed jinja2
+environment, `tojson`, `raise_exception`), so what the server sends is what vLLM's or SGLang's
+own chat endpoint would send. `transformers` is imported only when a format is loaded
+(`pip install 'streamfold[chat-template]'`; vLLM and SGLang install it anyway).
+
+A request becomes the template's messages as the OpenAI chat convention has them: the
+`instructions` and any `system`/`developer` messages, joined, as one leading `system` message;
+user and assistant messages in order; an earlier `function_call` as an assistant message's
+`tool_calls` entry (its `arguments` parsed to an object where they are JSON, as templates
+expect); a `function_call_output` as a `tool` message. Function tools go to the template's
+`tools` (none under `tool_choice: "none"`). Reasoning items of earlier turns are left out (the
+templates of Qwen3 and DeepSeek-R1 drop earlier turns' reasoning themselves).
+
+Stop ids: the tokenizer's end-of-sequence token, and the chat templates' turn end tokens
+(`<|im_end|>`, `<|endoftext|>`, `<|eot_id|>`, `<｜end▁of▁sentence｜>`) the vocabulary has.
+The grammar is the `ThinkTagGrammar` on the model's own `tokenizer.json`, reading from
+reasoning when the template opens `<think>` in the prompt (DeepSeek-R1).
+
+Not yet: `constraint_for` returns None (structured outputs and `tool_choice` are not
+enforced for think-tag models; a grammar over the answer after `</think>` is future work), and
+server-side tools (`namespaces`, `after`: the agent loop) are harmony only.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from streamfold.engines import DecodingConstraint
+from streamfold.statemachine import StreamfoldError, ThinkTagGrammar
+from streamfold.statemachine._grammar import Grammar
+
+from ..protocol import CreateRequest, FunctionCallInput, FunctionCallOutputInput, MessageInput
+
+__all__ = ["ChatTemplateError", "ChatTemplateFormat", "chat_messages"]
+
+#: Turn end tokens of the common chat templates; those the vocabulary has are stop ids.
+TURN_END_TOKENS = ("<|im_end|>", "<|endoftext|>", "<|eot_id|>", "<｜end▁of▁sentence｜>")
+
+
+class ChatTemplateError(StreamfoldError, ValueError):
+    """A chat template model cannot be loaded or cannot render this request; the message says
+    what to install, pass or leave out."""
+
+
+def _arguments(text: str) -> Any:
+    try:
+        value = json.loads(text)
+    except ValueError:
+        return text  # the model's own text, as it wrote it
+    return value if isinstance(value, dict) else text
+
+
+def chat_messages(request: CreateRequest) -> list[dict[str, Any]]:
+    """`request`'s conversation as chat template messages (see the module docstring)."""
+    system = [request.instructions] if request.instructions else []
+    messages: list[dict[str, Any]] = []
+    items = (
+        (MessageInput(role="user", content=request.input),)
+        if isinstance(request.input, str)
+        else request.input
+    )
+    for item in items:
+        if isinstance(item, MessageInput):
+            if item.role in ("system", "developer"):
+                system.append(item.text)
+            else:
+                messages.append({"role": item.role, "content": item.text})
+        elif isinstance(item, FunctionCallInput):
+            call = {
+                "type": "function",
+                "id": item.call_id,
+                "function": {"name": item.name, "arguments": _arguments(item.arguments)},
+            }
+            last = messages[-1] if messages else None
+            if last is not None and last["role"] == "assistant" and "tool_calls" in last:
+                last["tool_calls"].append(call)
+            elif last is not None and last["role"] == "assistant":
+                last["tool_calls"] = [call]
+            else:
+                messages.append({"role": "assistant", "content": "", "tool_calls": [call]})
+        elif isinstance(item, FunctionCallOutputInput):
+            messages.append({"role": "tool", "content": item.text, "tool_call_id": item.call_id})
+        # Reasoning items (and other items) are left out: see the module docstring.
+    if system:
+        messages.insert(0, {"role": "system", "content": "\n\n".join(system)})
+    return messages
+
+
+def chat_tools(request: CreateRequest) -> list[dict[str, Any]] | None:
+    """The request's function tools in the chat templates' `tools` shape (None: no tools)."""
+    if request.tool_choice == "none":
+        return None
+    tools = [
+        {
+            "type": "function",
+            "function": {
+                "name": tool.name,
+                "description": tool.description or "",
+                "parameters": tool.parameters or {"type": "object", "properties": {}},
+            },
+        }
+        for tool in request.function_tools
+    ]
+    return tools or None
+
+
+class ChatTemplateFormat:
+    """A think-tag model's chat format, from its directory (`tokenizer.json` and
+    `tokenizer_config.json` with a `chat_template`): see the module docstring.
+
+    Picklable: a render worker process gets the directory and loads the tokenizer itself."""
+
+    name = "thinktags"
+
+    def __init__(self, model_dir: str | Path, *, name: str = "thinktags") -> None:
+        self.model_dir = Path(model_dir)
+        self.name = name
+        if not (self.model_dir / "tokenizer.json").is_file():
+            raise ChatTemplateError(
+                f"{self.model_dir} has no tokenizer.json: a chat template model is served from a "
+                "local model directory (tokenizer.json, tokenizer_config.json); download it "
+                "first (huggingface-cli download MODEL --local-dir DIR) and pass DIR"
+            )
+        self._tokenizer: Any = None
+        self._grammar: ThinkTagGrammar | None = None
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {"model_dir": self.model_dir, "name": self.name}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__init__(state["model_dir"], name=state["name"])  # type: ignore[misc]
+
+    def load(self) -> None:
+        self._tokenizer_now()
+
+    def _tokenizer_now(self) -> Any:
+        if self._tokenizer is None:
+            try:
+                from transformers import PreTrainedTokenizerFast
+            except ImportError as exc:
+                raise ChatTemplateError(
+                    "a chat template model needs transformers to render its prompts: "
+                    "pip install 'streamfold[chat-template]'"
+                ) from exc
+            tokenizer = PreTrainedTokenizerFast.from_pretrained(str(self.model_dir))
+            if not tokenizer.chat_template:
+                raise ChatTemplateError(
+                    f"{self.model_dir}'s tokenizer_config.json has no chat_template (nor is "
+                    "there a chat_template.jinja); this model cannot be prompted as a chat"
+                )
+            self._tokenizer = tokenizer
+        return self._tokenizer
+
+    def render(
+        self, request: CreateRequest, namespaces: Sequence[Any] = (), after: Sequence[Any] = ()
+    ) -> tuple[int, ...]:
+        """The chat template's prompt for the assistant's next turn, as token ids."""
+        if namespaces or after:
+            raise ChatTemplateError(
+                "server-side tools (mcp, code_interpreter, web search) are served for harmony "
+                "models only; a chat template model takes function tools"
+            )
+        return self.render_messages(chat_messages(request), chat_tools(request))
+
+    def render_messages(
+        self, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None = None
+    ) -> tuple[int, ...]:
+        """Chat messages (and tools) as the template renders them, generation prompt included."""
+        tokenizer = self._tokenizer_now()
+        try:
+            text = tokenizer.apply_chat_template(
+                messages, tools=tools, add_generation_prompt=True, tokenize=False
+            )
+        except Exception as exc:  # jinja2's TemplateError, raise_exception() in the template
+            raise ChatTemplateError(
+                f"{self.model_dir}'s chat template refused the conversation: {exc}"
+            ) from exc
+        # As apply_chat_template(tokenize=True) encodes it: the template wrote the specials.
+        return tuple(tokenizer.encode(text, add_special_tokens=False))
+
+    def stop_token_ids(self) -> tuple[int, ...]:
+        tokenizer = self._tokenizer_now()
+        vocab = tokenizer.get_vocab()
+        stops = [] if tokenizer.eos_token_id is None else [tokenizer.eos_token_id]
+        stops += [vocab[t] for t in TURN_END_TOKENS if t in vocab]
+        return tuple(dict.fromkeys(stops))
+
+    def grammar(self) -> Grammar:
+        if self._grammar is None:
+            from streamfold.engines.vocab_hf import load_tokenizer_json
+
+            vocabulary = load_tokenizer_json(self.model_dir / "tokenizer.json")
+            self._grammar = ThinkTagGrammar(vocabulary, start_in_reasoning=self._opens_reasoning())
+        return self._grammar
+
+    def _opens_reasoning(self) -> bool:
+        """Whether the template's generation prompt ends inside `<think>` (DeepSeek-R1)."""
+        tokenizer = self._tokenizer_now()
+        text = tokenizer.apply_chat_template(
+            [{"role": "user", "content": "hi"}], add_generation_prompt=True, tokenize=False
+        )
+        return bool(text.rstrip().endswith("<think>"))
+
+    def constraint_for(
+        self, request: CreateRequest, *, after_call: bool = False
+    ) -> DecodingConstraint | None:
+        """None: structured outputs and `tool_choice` are not enforced for think-tag models
+        yet (see the module docstring)."""
+        return None
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({str(self.model_dir)!r})"

@@ -1,0 +1,207 @@
+"""Think-tag models served with their own chat template (issue 36, item 3): `ChatTemplateFormat`
+renders a request as `transformers`' `apply_chat_template` does on the same tokenizer, token for
+token; `streamfold serve --engine vllm --chat-format chat-template` sends a stand-in vLLM engine
+that prompt and the template's stop ids, and reads its think-tag answer with the think-tag
+grammar. The model directory is built offline (`chat_template_model.py`)."""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import pickle
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from streamfold.adapters import VLLMTokenSource, engine_args
+from streamfold.adapters.driver import fold
+from streamfold.adapters.formats import ChatTemplateError, ChatTemplateFormat
+from streamfold.adapters.protocol import parse_create_request
+from streamfold.adapters.registry import ENGINES, EngineSetupError
+from streamfold.adapters.server import create_app
+from streamfold.engines import TokenChunk
+from streamfold.statemachine import Response
+from tests.server.serving import serve
+
+from . import fakes_vllm
+from .chat_template_model import R1_OPENING, build_model_dir
+
+transformers = pytest.importorskip("transformers")
+
+TOOLS = [
+    {
+        "type": "function",
+        "name": "get_weather",
+        "description": "The weather in a city",
+        "parameters": {"type": "object", "properties": {"city": {"type": "string"}}},
+    }
+]
+HF_TOOLS = [
+    {
+        "type": "function",
+        "function": {
+            "name": "get_weather",
+            "description": "The weather in a city",
+            "parameters": {"type": "object", "properties": {"city": {"type": "string"}}},
+        },
+    }
+]
+
+# (Responses request, the same conversation as chat template messages written by hand, tools)
+CONVERSATIONS: dict[str, tuple[dict[str, Any], list[dict[str, Any]], Any]] = {
+    "plain": ({"input": "What is 42?"}, [{"role": "user", "content": "What is 42?"}], None),
+    "instructions": (
+        {"instructions": "Be brief.", "input": "Hi"},
+        [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Hi"}],
+        None,
+    ),
+    "tools, a call, its output and earlier turns": (
+        {
+            "instructions": "You answer weather questions.",
+            "tools": TOOLS,
+            "input": [
+                {"role": "user", "content": "Hello"},
+                {"role": "assistant", "content": "Hi! Ask me."},
+                {"role": "user", "content": "Weather in Paris?"},
+                {
+                    "type": "function_call",
+                    "call_id": "call_1",
+                    "name": "get_weather",
+                    "arguments": '{"city": "Paris"}',
+                },
+                {"type": "function_call_output", "call_id": "call_1", "output": "sunny, 21 C"},
+            ],
+        },
+        [
+            {"role": "system", "content": "You answer weather questions."},
+            {"role": "user", "content": "Hello"},
+            {"role": "assistant", "content": "Hi! Ask me."},
+            {"role": "user", "content": "Weather in Paris?"},
+            {
+                "role": "assistant",
+                "content": "",
+                "tool_calls": [
+                    {
+                        "type": "function",
+                        "id": "call_1",
+                        "function": {"name": "get_weather", "arguments": {"city": "Paris"}},
+                    }
+                ],
+            },
+            {"role": "tool", "content": "sunny, 21 C", "tool_call_id": "call_1"},
+        ],
+        HF_TOOLS,
+    ),
+    "tool_choice none shows no tools": (
+        {"tools": TOOLS, "tool_choice": "none", "input": "Hi"},
+        [{"role": "user", "content": "Hi"}],
+        None,
+    ),
+}
+
+
+@pytest.fixture(scope="module")
+def model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return build_model_dir(tmp_path_factory.mktemp("qwenish"))
+
+
+def hf_prompt(model_dir: Path, messages: list[dict[str, Any]], tools: Any) -> list[int]:
+    tokenizer = transformers.AutoTokenizer.from_pretrained(str(model_dir))
+    out = tokenizer.apply_chat_template(
+        messages, tools=tools, add_generation_prompt=True, tokenize=True
+    )
+    return list(out["input_ids"] if hasattr(out, "keys") else out)
+
+
+@pytest.mark.parametrize("name", list(CONVERSATIONS))
+def test_render_is_apply_chat_template_token_for_token(model_dir: Path, name: str) -> None:
+    body, messages, tools = CONVERSATIONS[name]
+    request = parse_create_request({"model": "qwenish", **body})
+    chat_format = ChatTemplateFormat(model_dir)
+    assert list(chat_format.render(request)) == hf_prompt(model_dir, messages, tools)
+    # A render worker gets the format pickled: it loads the tokenizer itself, renders alike.
+    again = pickle.loads(pickle.dumps(chat_format))
+    assert again.render(request) == chat_format.render(request)
+
+
+def test_stop_ids_are_the_templates_turn_ends(model_dir: Path) -> None:
+    tokenizer = transformers.AutoTokenizer.from_pretrained(str(model_dir))
+    stops = ChatTemplateFormat(model_dir).stop_token_ids()
+    assert tokenizer.convert_ids_to_tokens(list(stops)) == ["<|im_end|>", "<|endoftext|>"]
+
+
+def answer_ids(model_dir: Path, text: str) -> list[int]:
+    tokenizer = transformers.AutoTokenizer.from_pretrained(str(model_dir))
+    return list(tokenizer.encode(text, add_special_tokens=False))
+
+
+@pytest.mark.parametrize("opening", ["", R1_OPENING])
+def test_the_grammar_reads_the_models_think_tags(tmp_path: Path, opening: str) -> None:
+    model_dir = build_model_dir(tmp_path / "m", opening=opening)
+    chat_format = ChatTemplateFormat(model_dir)
+    prefix = "" if opening else "<think>\n"  # R1's prompt opened <think> already
+    ids = answer_ids(model_dir, f"{prefix}Let me think.\n</think>\n\nThe answer is 42.<|im_end|>")
+    response = Response(id="resp_t", created_at=1, model="m", status="in_progress")
+    chunks = [TokenChunk(token_ids=(t,)) for t in ids]
+    events = list(fold(chat_format.grammar(), response, chunks, "stop"))
+    final = events[-1].response
+    assert [item.type for item in final.output] == ["reasoning", "message"]
+    assert final.output[1].content[0].text == "The answer is 42."
+
+
+def test_a_directory_without_a_tokenizer_is_refused_saying_what_to_pass(tmp_path: Path) -> None:
+    with pytest.raises(ChatTemplateError, match=r"tokenizer\.json"):
+        ChatTemplateFormat(tmp_path)
+
+
+def vllm_args(model: Path) -> argparse.Namespace:
+    return argparse.Namespace(model=str(model), engine_arg=[], chat_format="chat-template")
+
+
+@pytest.fixture
+def standin_vllm(monkeypatch: pytest.MonkeyPatch, model_dir: Path) -> fakes_vllm.FakeAsyncLLM:
+    """`--engine vllm` builds a stand-in engine that answers with a think-tag completion."""
+    steps = [[t] for t in answer_ids(model_dir, "<think>\nHm.\n</think>\n\nSunny.<|im_end|>")]
+    engine = fakes_vllm.FakeAsyncLLM({}, default=fakes_vllm.Script(steps=steps))
+    monkeypatch.setitem(
+        engine_args.ENGINE_BUILDERS,
+        "vllm",
+        lambda model, **options: VLLMTokenSource(engine, api=fakes_vllm.API),
+    )
+    real_find_spec = importlib.util.find_spec
+    monkeypatch.setattr(
+        importlib.util,
+        "find_spec",
+        lambda name, *rest: object() if name == "vllm" else real_find_spec(name, *rest),
+    )
+    return engine
+
+
+def test_serve_vllm_with_chat_template_prompts_in_the_models_own_template(
+    standin_vllm: fakes_vllm.FakeAsyncLLM, model_dir: Path
+) -> None:
+    """Bug: the server rendered every model's prompt as harmony ("You are ChatGPT...") with
+    harmony's stop ids; a think-tag model could not be prompted."""
+    engine = ENGINES["vllm"](vllm_args(model_dir))
+    body, messages, tools = CONVERSATIONS["tools, a call, its output and earlier turns"]
+    with serve(create_app(engine)) as url:
+        reply = httpx.post(f"{url}/v1/responses", json={"model": "qwenish", **body}, timeout=30)
+    answer = reply.json()
+    assert reply.status_code == 200, answer
+    [prompt] = standin_vllm.prompts.values()
+    assert list(prompt["prompt_token_ids"]) == hf_prompt(model_dir, messages, tools)
+    [params] = standin_vllm.params.values()
+    tokenizer = transformers.AutoTokenizer.from_pretrained(str(model_dir))
+    stops = tokenizer.convert_ids_to_tokens(list(params.stop_token_ids))
+    assert stops == ["<|im_end|>", "<|endoftext|>"]
+    assert [item["type"] for item in answer["output"]] == ["reasoning", "message"]
+    assert answer["output"][1]["content"][0]["text"] == "Sunny."
+
+
+def test_chat_template_needs_a_local_model_directory(
+    standin_vllm: fakes_vllm.FakeAsyncLLM, tmp_path: Path
+) -> None:
+    with pytest.raises(EngineSetupError, match="local model directory"):
+        ENGINES["vllm"](vllm_args(tmp_path / "Qwen/Qwen3-8B"))
