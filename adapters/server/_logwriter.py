@@ -30,7 +30,7 @@ import anyio
 import anyio.lowlevel
 import attrs
 
-from ._store import EventRecord, EventStore
+from ._store import EventRecord, EventStore, StoreError
 
 __all__ = ["Batch", "BatchStore", "LogWriter"]
 
@@ -108,7 +108,13 @@ class LogWriter:
             await anyio.lowlevel.checkpoint()  # the other runs of this turn join
             self._open = None
             committing = self._committing = True
-            group.errors = await self._commit(group.batches)
+            errors = await self._commit(group.batches)
+            if len(errors) != len(group.batches):  # a store bug: publish nothing of it
+                raise StoreError(
+                    f"{type(self.store).__name__}.append_many answered for {len(errors)} "
+                    f"of the {len(group.batches)} batches it was given; it must answer for each"
+                )
+            group.errors = errors
             for (_, records, _), published, error in zip(
                 group.batches, group.published, group.errors, strict=True
             ):

@@ -394,3 +394,35 @@ def test_concurrent_writers_with_injected_failures_each_learn_their_own_fate(
                 assert published.count(name) == int(committed)
 
     anyio.run(main, backend=backend)
+
+
+async def test_a_store_that_answers_for_the_wrong_number_of_batches_fails_them_all() -> None:
+    """Bug (found by cosmic-ray, issue 37: `zip(..., strict=False)` survived): a store bug that
+    answered for fewer batches than it was given had the batches it answered for published,
+    and then every writer failed (`strict=True`: a ValueError), so a run was told its batch
+    failed after clients had been sent it. Now the answer is checked first: every writer gets
+    a `StoreError` naming the bug, and nothing is published."""
+
+    class ShortStore(GatedStore):
+        async def append_many(self, batches):  # type: ignore[no-untyped-def]
+            return (await super().append_many(batches))[:-1]
+
+    writer = LogWriter(ShortStore())
+    published: list[str] = []
+    raised: list[BaseException] = []
+
+    async def run(response_id: str) -> None:
+        try:
+            await writer.write(response_id, LOG[:3], background=False, published=published.append)
+        except StoreError as exc:
+            raised.append(exc)
+
+    with anyio.fail_after(HANG):
+        async with anyio.create_task_group() as tg:
+            for i in range(3):
+                tg.start_soon(run, f"resp_{i}")
+    assert not published
+    assert [str(exc) for exc in raised] == [
+        "ShortStore.append_many answered for 2 of the 3 batches it was given; it must answer "
+        "for each"
+    ] * 3

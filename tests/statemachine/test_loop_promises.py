@@ -9,10 +9,13 @@ import pytest
 
 from streamfold.statemachine import (
     CodeInterpreterOutputLogs,
+    McpServer,
     ServerTools,
     ToolResultStep,
     apply_loop_step,
+    close_interrupted,
     finish,
+    list_tools,
     pending_call,
     start,
     step,
@@ -107,3 +110,19 @@ def test_without_outputs_a_python_call_shows_its_text_as_logs(replayed: bool) ->
     done = _done_item(state, [*events, *new])
     assert done["status"] == "failed"
     assert done["outputs"] == [{"type": "logs", "logs": "boom"}]
+
+
+@pytest.mark.parametrize("cut", [1, 2])  # after output_item.added, after .in_progress
+def test_a_tool_listing_cut_off_is_closed_failed_with_an_error_that_says_so(cut: int) -> None:
+    """Bug (found by cosmic-ray, issue 37): `error is None` made `is not None` in the listing's
+    done item: a listing cut off mid-way (a server killed while it listed) was closed with
+    `mcp_list_tools.failed` and no `error`, against rule R28."""
+    tools = ServerTools(mcp=(McpServer(server_label="deepwiki"),))
+    state, events = start(GRAMMAR, new_response(), server_tools=tools)
+    state, listed = list_tools(state, "deepwiki", tools=())
+    events = [*events, *listed[:cut]]  # the log a killed server left
+    closed = [*events, *close_interrupted(events, "the server stopped")]
+    assert_conformant(closed)
+    (done,) = [to_wire(e)["item"] for e in closed if e.type == "response.output_item.done"]
+    assert done["type"] == "mcp_list_tools"
+    assert done["error"] == "the tool listing did not finish"
