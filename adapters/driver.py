@@ -488,14 +488,30 @@ async def stream_events(
     response: Response,
     *,
     input_tokens: int | None = None,
+    clock: Callable[[], float] | None = None,
 ) -> AsyncGenerator[Event, None]:
     """Drive `source` through the reducer and yield every event, ending with the terminal one.
+
+    `response` gives the response's identity and echoed settings (id, model, created_at,
+    tools, `max_output_tokens`, ...) with `status="in_progress"` (what `start` makes of it;
+    another status raises `DriverUsageError`); its output, usage and error come from the
+    tokens. `clock` (e.g. `time.time`) stamps `completed_at` on a completed response; None
+    leaves it null. `request.max_output_tokens` is held whatever the source does (see the
+    module docstring).
 
     Close the iterator (or cancel its consumer) to abort the generation: use
     `contextlib.aclosing(stream_events(...))` so that happens at once rather than at garbage
     collection.
     """
-    generation = Generation(source, request, grammar, response, input_tokens=input_tokens)
+    if response.status != "in_progress":
+        raise DriverUsageError(
+            f"stream_events() takes a Response with status='in_progress', got "
+            f"{response.status!r}: the stream starts the response (response.created, "
+            "response.in_progress) and its terminal event sets the final status"
+        )
+    generation = Generation(
+        source, request, grammar, response, input_tokens=input_tokens, clock=clock
+    )
     async with contextlib.aclosing(generation.batches()) as batches:
         async for batch in batches:
             for event in batch:
@@ -509,9 +525,13 @@ async def stream_sse(
     response: Response,
     *,
     input_tokens: int | None = None,
+    clock: Callable[[], float] | None = None,
 ) -> AsyncGenerator[bytes, None]:
-    """`stream_events`, framed as the `text/event-stream` body of a Responses API stream."""
-    events = stream_events(source, request, grammar, response, input_tokens=input_tokens)
+    """`stream_events` (same arguments), framed as the `text/event-stream` body of a
+    Responses API stream."""
+    events = stream_events(
+        source, request, grammar, response, input_tokens=input_tokens, clock=clock
+    )
     async with contextlib.aclosing(events):
         async for event in events:
             yield sse_event(event)  # compiled for deltas where the extension is built

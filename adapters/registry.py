@@ -42,11 +42,13 @@ __all__ = [
     "EngineFactory",
     "EngineSetupError",
     "LoadingSource",
+    "NotAnEngineError",
     "ReplayEngine",
     "UnknownModelError",
     "bundled_traces_dir",
     "native_engine_options",
     "replay_engine",
+    "require_engine",
 ]
 
 
@@ -89,6 +91,27 @@ class Engine:
     load: Callable[[], Awaitable[object]] | None = None
     max_output_tokens: int | None = None
     enforces_constraints: bool = False
+
+
+class NotAnEngineError(StreamfoldError, TypeError):
+    """Something other than an `Engine` was given where the server wants one (a bare token
+    source); the message says how to wrap it."""
+
+
+def require_engine(engine: object) -> Engine:
+    """`engine`, checked to be an `Engine` (else `NotAnEngineError` saying how to make one)."""
+    if isinstance(engine, Engine):
+        return engine
+    hint = ""
+    if isinstance(engine, TokenSource):
+        hint = (
+            ": it is a token source; wrap it as Engine(source=your_source, grammar=...) "
+            "(or format=..., see streamfold.adapters.formats), from streamfold.adapters.registry"
+        )
+    raise NotAnEngineError(
+        f"create_app() takes a streamfold.adapters.registry.Engine, got "
+        f"{type(engine).__name__}{hint}"
+    )
 
 
 #: `--engine native`'s cap on a request without `max_output_tokens` (`--default-max-output-tokens`).

@@ -11,9 +11,17 @@ conformant). `tokenizations(text, vocab)` cuts a text into token ids of a vocabu
 way it can: every split of every tag across tokens, tags as single special tokens where the
 vocabulary has them, control tokens slipped in between.
 
+    from hypothesis import given, strategies as st
+    from streamfold.specs.strategies_thinktags import (
+        VocabularyIndex, small_vocabulary, thinktag_completions, tokenizations,
+    )
+
+    index = VocabularyIndex(small_vocabulary())  # or VocabularyIndex(your model's Vocabulary)
+
     @given(completion=thinktag_completions(), data=st.data())
     def test_my_server(completion, data):
-        tokens = data.draw(tokenizations(completion.text, my_vocab))
+        tokens = data.draw(tokenizations(completion.text, index))
+        ...  # stream `tokens` through your server; check the items against completion.items
 """
 
 from __future__ import annotations

@@ -549,13 +549,20 @@ configure(PyObject *module, PyObject *args)
 static PyMethodDef methods[] = {
     {"step", (PyCFunction)(void (*)(void))step, METH_FASTCALL | METH_KEYWORDS,
      "step(state, token, logprob=None, top_logprobs=None)\n--\n\n"
-     "`streamfold.statemachine.step` with its text-token hot path compiled."},
+     "Consume exactly one token id; returns the new state and the events it caused.\n\n"
+     "`logprob` and `top_logprobs` (pairs of (token_id, logprob)) are the token's, put on the\n"
+     "text deltas it produces. Stepping a finished response, or one with a server-side call\n"
+     "pending, or a token id outside the vocabulary raises ReducerUsageError.\n\n"
+     "Compiled: one token of text inside an open harmony item is stepped in C; every other\n"
+     "call runs streamfold.statemachine._reducer.step, the reference, with equal results."},
     {"step_ready", step_ready, METH_VARARGS,
      "step_ready(state, chunks, start, pending)\n--\n\n"
      "Step the run of one-token text chunks from chunks[start] in C; returns (state, stop)."},
     {"sse_event", speedups_sse_event, METH_O,
      "sse_event(event)\n--\n\n"
-     "`streamfold.statemachine.sse_event` with plain events written in C."},
+     "One event framed for Server-Sent Events: `event: <type>`, `data: <json>`, blank line.\n\n"
+     "Compiled: delta and progress events are written in C; others by\n"
+     "streamfold.statemachine._wire.sse_event, the reference, with equal bytes."},
     {"configure_sse", speedups_configure_sse, METH_VARARGS,
      "configure_sse(python_sse_event, frame_specs)\n--\n\n"
      "Tell the compiled frame writer the plain events' layouts (statemachine/_accel.py)."},

@@ -22,7 +22,7 @@ from starlette.routing import Route, WebSocketRoute
 
 from ..agent._config import AgentConfig
 from ..protocol import RequestError
-from ..registry import Engine
+from ..registry import Engine, require_engine
 from ._guard import Guard, OwnedStore
 from ._input_items import DEFAULT_LIMIT
 from ._limits import MAX_SAFE_INTEGER, ServerLimits, decode_body, read_body, shown
@@ -209,6 +209,7 @@ def create_app(
     `reasoning_keys` seal and open reasoning items' `encrypted_content` (default:
     `ReasoningKeys.from_environment()`, see `_reasoning_keys.py`).
     """
+    require_engine(engine)  # a bare token source: say how to wrap it (not an AttributeError)
     owned = None
     store = store if store is not None else MemoryEventStore()
     if api_keys:  # each key sees its own responses only (`_guard.py`)

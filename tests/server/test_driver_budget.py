@@ -132,3 +132,33 @@ async def test_a_failing_source_is_logged_and_the_client_told_nothing_of_it(
     assert records[0].exc_info is not None and records[0].exc_info[0] is ZeroDivisionError
     assert "resp_budget" in records[0].getMessage()
     assert_conformant(got)
+
+
+def test_create_app_with_a_bare_source_says_it_wants_an_engine() -> None:
+    """Bug: `create_app(token_source)` failed with `AttributeError: ... no attribute
+    'warm_up'` from deep in the readiness code."""
+    from streamfold.adapters.registry import NotAnEngineError
+
+    with pytest.raises(NotAnEngineError, match=r"Engine\(source=your_source"):
+        create_app(Unbounded())  # type: ignore[arg-type]
+
+
+async def test_stream_events_stamps_completed_at_with_its_clock() -> None:
+    grammar = grammar_for({"grammar": "harmony"})
+    events = stream_events(Unbounded(50), generation(None), grammar, RESPONSE, clock=lambda: 1234.5)
+    async with contextlib.aclosing(events):
+        last = [event async for event in events][-1]
+    assert last.type == "response.completed" and last.response.completed_at == 1234
+
+
+def test_stream_events_refuses_a_response_that_is_not_in_progress() -> None:
+    import attrs
+
+    from streamfold.adapters.driver import DriverUsageError
+
+    grammar = grammar_for({"grammar": "harmony"})
+    done = attrs.evolve(RESPONSE, status="completed")
+    with pytest.raises(DriverUsageError, match="status='in_progress'"):
+        stream_events(Unbounded(), generation(None), grammar, done).__aiter__().asend(None).send(
+            None
+        )
