@@ -20,9 +20,11 @@ most `Shape.reasoning_tokens` tokens and there are at most `Shape.reasoning_mess
 JSON is written compactly (no free whitespace between its tokens), so its length is what the
 schema allows.
 
-The result is llguidance's Lark; when a call's input is a Lark grammar of its own (a custom
-tool), llguidance's top-level grammar as JSON text instead: the main grammar first, then one
-nested grammar per such call (referenced as `@name`).
+The result is llguidance's Lark, which vLLM and SGLang read too: a custom tool's own Lark
+grammar is inlined under its own names (`_lark.py`). Only a tool grammar that cannot be inlined
+(one with `%ignore`) makes it llguidance's top-level grammar as JSON text instead, the main
+grammar first, then one nested grammar per such call (referenced as `@name`); the native engine
+reads that form, vLLM and SGLang do not.
 """
 
 from __future__ import annotations
@@ -30,6 +32,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from ._lark import inline_lark
 from ._shape import Body, Call, JsonBody, LarkBody, RegexBody, Shape, TextBody
 
 __all__ = ["harmony_grammar"]
@@ -56,6 +59,8 @@ class _Builder:
     def __init__(self) -> None:
         self.rules: list[str] = []
         self.nested: list[dict[str, str]] = []
+        self.imports: set[str] = set()
+        self.inlined = 0
 
     def body(self, name: str, body: Body) -> tuple[str, str]:
         """A rule for `body` named `name`, and the content types its header may carry."""
@@ -63,6 +68,13 @@ class _Builder:
             self.rules.append(f"{name}: {_json(body.schema)}")
             return name, _JSON_TYPES
         if isinstance(body, LarkBody):
+            inlined = inline_lark(body.definition, f"g{self.inlined}_")
+            if inlined is not None:  # one Lark grammar: every engine reads it
+                self.inlined += 1
+                start, rules, imports = inlined
+                self.imports.update(imports)
+                self.rules += [f"{name}: {start}", rules]
+                return name, _TEXT_TYPES
             grammar = f"g_{name}"
             self.nested.append({"name": grammar, "lark_grammar": body.definition})
             self.rules.append(f"{name}: @{grammar}")
@@ -127,7 +139,7 @@ def harmony_grammar(shape: Shape) -> str:
         "ending: " + " | ".join(endings),
         *build.rules,
     ]
-    lark = "\n".join(main)
+    lark = "\n".join([*(f"%import common.{name}" for name in sorted(build.imports)), *main])
     if not build.nested:
         return lark  # plain Lark: what vLLM's and SGLang's llguidance backends read too
     grammars = [{"lark_grammar": lark}, *build.nested]
