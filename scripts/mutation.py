@@ -61,7 +61,11 @@ TESTS: dict[str, list[str]] = {
         "tests/statemachine/test_agent_loop.py",
     ],
     "statemachine/_items.py": [*_STATEMACHINE, "tests/statemachine/test_thinktags_logprobs.py"],
-    "statemachine/_kinds.py": [*_STATEMACHINE, "tests/statemachine/test_loop_promises.py"],
+    "statemachine/_kinds.py": [
+        *_STATEMACHINE,
+        "tests/statemachine/test_loop_promises.py",
+        "tests/statemachine/test_agent_loop.py",
+    ],
     "statemachine/_reducer.py": [*_STATEMACHINE, "tests/statemachine/test_harmony_properties.py"],
 }
 #: cosmic-ray's outcomes, as its `dump` writes them

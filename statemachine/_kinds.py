@@ -90,7 +90,6 @@ class Kind:
     logprobs: bool = False  # its text carries token logprobs (message text only)
     call_id: bool = False  # it has a `call_id` the client answers with (function calls)
     container: bool = False  # it runs in a container with an id (code interpreter)
-    searchable: bool = False  # its text is a query that becomes an action, not a field
 
 
 # -- how each kind's item looks ---------------------------------------------------------------
@@ -267,7 +266,6 @@ _ROWS = (
         opened=(ev.ResponseWebSearchCallInProgressEvent,),
         running=(ev.ResponseWebSearchCallSearchingEvent,),
         completed=(ev.ResponseWebSearchCallCompletedEvent,),
-        searchable=True,
     ),
     Kind(
         name="code_interpreter_call",

@@ -426,3 +426,26 @@ async def test_a_store_that_answers_for_the_wrong_number_of_batches_fails_them_a
         "ShortStore.append_many answered for 2 of the 3 batches it was given; it must answer "
         "for each"
     ] * 3
+
+
+async def test_a_batch_refused_on_the_per_batch_path_fails_alone() -> None:
+    """Bug (found by cosmic-ray, issue 37: the per-batch path's `except Exception` could catch
+    nothing unnoticed): with a store that has no `append_many`, a batch the store refuses
+    failed every batch of its group instead of its own alone."""
+    store = MemoryEventStore()
+    writer = LogWriter(store)
+    failures: list[str] = []
+
+    async def run(response_id: str, records: list[EventRecord]) -> None:
+        try:
+            await writer.write(response_id, records, background=False)
+        except StoreError:
+            failures.append(response_id)
+
+    with anyio.fail_after(HANG):
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(run, "resp_0", LOG[:5])
+            tg.start_soon(run, "resp_bad", LOG[3:5])  # does not begin with response.created
+            tg.start_soon(run, "resp_2", LOG[:5])
+    assert failures == ["resp_bad"]
+    assert await store.read("resp_0") == await store.read("resp_2") == LOG[:5]
