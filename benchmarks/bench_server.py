@@ -22,12 +22,14 @@ SERVER `streamfold` (the app `streamfold serve` runs, with `--store`) or `peer`
 one body write per event); HTTP `h11` or `httptools` (uvicorn's parsers; streamfold's with its
 header timeout, as `serve` runs them), or `granian` (granian's embedded ASGI server in place of
 uvicorn, where granian is installed: `pip install granian`); LOOP `asyncio` or `uvloop`;
-`streamfold@DIR` imports streamfold from DIR (an A/B against a baseline installed there with `pip
-install --no-deps --target DIR <checkout>`). A bare name runs the stack `streamfold serve` uses
-(httptools and uvloop when installed). vLLM itself runs uvicorn with httptools and uvloop. By
-default each request has a connection of its own (`Connection: close`); `--keep-alive` gives each
-concurrent client one kept-alive connection for all its requests, as a client's connection pool
-does. Run from the repository root:
+`streamfold-ws` is the same server loaded over WebSockets (each concurrent client one socket, its
+responses one after another, `responses.connect()`'s messages); `streamfold@DIR` imports streamfold
+from DIR (an A/B against a baseline installed there with `pip install --no-deps --target DIR
+<checkout>`). A bare name runs the stack `streamfold serve` uses (httptools and uvloop when
+installed). vLLM itself runs uvicorn with httptools and uvloop. By default each request has a
+connection of its own (`Connection: close`); `--keep-alive` gives each concurrent client one
+kept-alive connection for all its requests, as a client's connection pool does. Run from the
+repository root:
 
     python benchmarks/bench_server.py [--concurrency 10 200] [--streams 2000] [--rounds 3]
         [--tokens 100] [--store sqlite|memory] [--keep-alive]
@@ -217,11 +219,51 @@ async def kept_streams(port: int, count: int, results: list[tuple[float, float, 
             results.append(_result(received, t0, first))
 
 
+_TERMINAL = (
+    b'"type":"response.completed"',
+    b'"type":"response.failed"',
+    b'"type":"response.incomplete"',
+)
+
+
+async def socket_streams(port: int, count: int, results: list[tuple[float, float, int]]) -> None:
+    """`count` responses one after another on one WebSocket (`/v1/responses` upgraded, as
+    openai-python's `responses.connect()` opens it): each a `response.create` message, each
+    event one message, up to the terminal one. No per-message compression (a client offers it
+    or not; the websockets client offers it by default)."""
+    from websockets.asyncio.client import connect
+
+    create = json.dumps({"type": "response.create", "model": "bench", "input": "hi"})
+    url = f"ws://127.0.0.1:{port}/v1/responses"
+    async with connect(url, compression=None, max_size=None) as socket:
+        for _ in range(count):
+            t0 = time.perf_counter()
+            first = None
+            events = 0
+            await socket.send(create)
+            while True:
+                data = await socket.recv(decode=False)
+                events += 1
+                if first is None:
+                    first = time.perf_counter() - t0
+                if data.startswith(_TERMINAL, 1):
+                    break
+            results.append((first, time.perf_counter() - t0, events))
+
+
 async def run_level(
-    port: int, concurrency: int, streams: int, pid: int, keep_alive: bool = False
+    port: int,
+    concurrency: int,
+    streams: int,
+    pid: int,
+    keep_alive: bool = False,
+    websocket: bool = False,
 ) -> dict[str, float]:
     results: list[tuple[float, float, int]] = []
-    await one_stream(port, [])  # warm up (trace loading, vocabulary)
+    if websocket:
+        await socket_streams(port, 1, [])  # warm up (trace loading, vocabulary)
+    else:
+        await one_stream(port, [])  # warm up (trace loading, vocabulary)
     limiter = anyio.Semaphore(concurrency)
 
     async def bounded() -> None:
@@ -230,10 +272,10 @@ async def run_level(
 
     t0, cpu0 = time.perf_counter(), cpu_seconds(pid)
     async with anyio.create_task_group() as tg:
-        if keep_alive:  # one connection per concurrent client, each sending its share
+        if keep_alive or websocket:  # one connection per concurrent client, each its share
             for i in range(concurrency):
                 tg.start_soon(
-                    kept_streams,
+                    socket_streams if websocket else kept_streams,
                     port,
                     streams // concurrency + (i < streams % concurrency),
                     results,
@@ -265,8 +307,12 @@ def start_server(
 ) -> tuple[subprocess.Popen[bytes], int]:
     server, http, loop = [*contender.split(":"), "default", "default"][:3]
     server, _, package_dir = server.partition("@")
+    if server == "streamfold-ws":  # the same server; the load comes over WebSockets
+        server = "streamfold"
     if server not in ("streamfold", "peer"):
-        raise SystemExit(f"unknown contender {contender!r}: streamfold or peer[:HTTP[:LOOP]]")
+        raise SystemExit(
+            f"unknown contender {contender!r}: streamfold, streamfold-ws or peer[:HTTP[:LOOP]]"
+        )
     env = dict(os.environ)
     if package_dir:  # e.g. a baseline: pip install --no-deps --target DIR <checkout>
         env["PYTHONPATH"] = os.pathsep.join(filter(None, [package_dir, env.get("PYTHONPATH")]))
@@ -332,7 +378,10 @@ def main() -> None:
                 for _ in range(args.rounds):
                     for name, (proc, port) in servers.items():
                         streams = max(args.streams, level)
-                        row = anyio.run(run_level, port, level, streams, proc.pid, args.keep_alive)
+                        websocket = name.startswith("streamfold-ws")
+                        row = anyio.run(
+                            run_level, port, level, streams, proc.pid, args.keep_alive, websocket
+                        )
                         rows[name].append(row)
                         if args.json:
                             print(json.dumps({"contender": name, **row}))
@@ -362,6 +411,21 @@ def report(level: int, rows: dict[str, list[dict[str, float]]]) -> None:
             f"| {span(name, 'ttfe_p99_ms', '.1f')} | {span(name, 'stream_p50_ms', '.1f')} |"
         )
     peers = [name for name in rows if name.startswith("peer")]
+    sse = [name for name in rows if name.startswith("streamfold") and "-ws" not in name]
+    for ours in (name for name in rows if name.startswith("streamfold-ws")):
+        for other in sse[:1]:  # WebSocket against SSE, same server, same rounds
+            speed = [
+                a["events_per_s"] / b["events_per_s"]
+                for a, b in zip(rows[ours], rows[other], strict=True)
+            ]
+            cpu = [
+                a["server_cpu_us_per_event"] / b["server_cpu_us_per_event"]
+                for a, b in zip(rows[ours], rows[other], strict=True)
+            ]
+            print(
+                f"- {ours} vs {other}: {min(speed):.2f}–{max(speed):.2f}× the events/s, "
+                f"{min(cpu):.2f}–{max(cpu):.2f}× the server CPU per event"
+            )
     for ours in (name for name in rows if name.startswith("streamfold")):
         for peer in peers:
             # Same-round pairs: the load of the machine moves both alike.
