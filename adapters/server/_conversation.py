@@ -89,6 +89,13 @@ async def earlier_conversation(
         f"response {previous_id} is still in progress; continue it once it has finished",
         param=param,
     )
+    # A store that shows each API key its own responses (`_guard.OwnedStore`): another key's
+    # response does not exist, not even as "still in progress".
+    visible = getattr(store, "visible", None)
+    if visible is not None and not await visible(previous_id):
+        raise RequestError(
+            f"no response with id {previous_id!r}", param=param, status=404, code="not_found"
+        )
     if running:
         raise still_running
     if not isinstance(store, InputStore):
