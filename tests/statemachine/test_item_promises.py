@@ -235,8 +235,13 @@ def _search_item(
         # `find` without a pattern finds nothing: it is shown as the search it could be.
         ("browser.find", '{"query": "rain"}', {"type": "search", "query": "rain"}),
         ("browser.find", '{"pattern": 3}', {"type": "search"}),
-        # Only `find` finds (a mutant found with `name <= "find"` made `back` one).
+        # Only `find` finds (cosmic-ray's `name <= "find"`, `>=`: `back`, `search` found).
         ("browser.back", '{"pattern": "rain"}', {"type": "search"}),
+        (
+            "browser.search",
+            '{"query": "q", "pattern": "rain"}',
+            {"type": "search", "query": "q"},
+        ),
         ("browser.search", '["a", "list"]', {"type": "search", "query": '["a", "list"]'}),
     ],
 )
