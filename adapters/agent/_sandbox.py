@@ -14,7 +14,8 @@ What the sandbox gets (see `bwrap_argv`):
   not the server's virtualenv or source tree); a fresh `/proc` for its pid namespace, a
   minimal `/dev`; no `/etc`, `/home`, `/root`, `/tmp` of the host;
 - one writable folder, `/sandbox`, a tmpfs of `scratch_bytes` (its cwd, HOME and TMPDIR): all
-  it writes is in memory, capped, and gone when the call ends;
+  it writes is in memory, capped, and gone when the call ends; the sandbox's own root and
+  `/dev` (tmpfs mounts of no fixed size) are remounted read-only;
 - `--clearenv` and four variables; `--new-session` (no terminal to inject input into);
   `--die-with-parent` (if the server dies, so does the sandbox); no capabilities; no new user
   namespaces inside;
@@ -186,5 +187,9 @@ def bwrap_argv(
     ]
     for fd, name in files:
         argv += ["--file", str(fd), f"{SANDBOX_DIR}/{name}"]
+    # The root and /dev are tmpfs mounts bwrap makes without a size: left writable, a call
+    # could fill the host's memory with files (each under RLIMIT_FSIZE, as many as it likes).
+    # Read-only, the scratch folder (sized) is the one place it writes.
+    argv += ["--remount-ro", "/dev", "--remount-ro", "/"]
     argv += ["--seccomp", str(seccomp_fd), "--"]
     return argv

@@ -210,3 +210,19 @@ def test_serve_refuses_the_python_tool_without_bwrap(tmp_path: Path) -> None:
         "and `bwrap` is not on PATH: install it (Debian/Ubuntu: apt-get install bubblewrap; "
         "Fedora: dnf install bubblewrap)"
     ]
+
+
+def test_nothing_outside_the_scratch_is_writable(server: Server) -> None:
+    """Found while fixing issue 29: the sandbox's root and /dev are tmpfs mounts of no fixed
+    size, and were writable, so a call could fill the host's memory with files (each under the
+    file size limit, as many as it liked) outside its sized scratch."""
+    logs = server.run(
+        "for path in ['/big', '/dev/big', '/dev/shm/big', '/usr/big']:\n"
+        "    try:\n"
+        "        open(path, 'wb').write(b'x' * 1024)\n"
+        "        print(path, 'WROTE')\n"
+        "    except OSError as exc:\n"
+        "        print(path, 'refused', exc.errno)\n"
+    )
+    assert "WROTE" not in logs, logs
+    assert logs.count("refused") == 4
