@@ -143,6 +143,8 @@ class TokenChunk:
     chunk that only reports the finish reason). `error` explains a `finish_reason == "error"`.
     `stop_reason`, on a `"stop"` chunk, is what the engine matched (a stop token id or a stop
     string; vLLM gives None for the model's own end-of-sequence token), kept for traces.
+    `cached_tokens`, on the last chunk, is how many prompt tokens the source took from its
+    prefix cache instead of computing them (`usage.input_tokens_details.cached_tokens`).
     """
 
     token_ids: tuple[int, ...] = ()
@@ -151,6 +153,7 @@ class TokenChunk:
     finish_reason: FinishReason | None = None
     error: str | None = None
     stop_reason: int | str | None = None
+    cached_tokens: int = attrs.field(default=0, validator=_non_negative)
 
     def __attrs_post_init__(self) -> None:
         if self.logprobs is not None and len(self.logprobs) != len(self.token_ids):

@@ -43,9 +43,12 @@ class EngineCore:
         max_model_len: int | None = None,
         default_stop_token_ids: tuple[int, ...] = GPT_OSS_STOP_TOKEN_IDS,
         decode: DecodePlan | Literal["auto"] | None = "auto",
+        prefix_cache: bool = True,
     ) -> None:
         """`decode` runs decode-only steps as fixed-shape steps (`StaticDecode`; CUDA graphs
-        on CUDA with "auto"); None runs them through the same path as prefills."""
+        on CUDA with "auto"); None runs them through the same path as prefills.
+        `prefix_cache` reuses the K/V of full blocks a new sequence shares with earlier ones
+        (see `kv_blocks`); each request's final chunk reports the prompt tokens it reused."""
         config = model.config
         if num_blocks is None:
             budget = DEFAULT_KV_BYTES if kv_cache_bytes is None else kv_cache_bytes
@@ -62,6 +65,7 @@ class EngineCore:
             block_size=block_size,
             device=model.device,
             dtype=model.dtype,
+            prefix_cache=prefix_cache,
         )
         self.blocks = self.cache.blocks
         windows = [model.window(i) for i in range(config.num_hidden_layers)]
@@ -196,7 +200,7 @@ class EngineCore:
                 f" {self.blocks.num_free} free blocks with nothing running"
             )
         self.last_rows = len(batch)
-        self.last_prefill_tokens = sum(s.num_new for s in batch if not s.num_cached)
+        self.last_prefill_tokens = sum(s.num_new for s in self.scheduler.last_prefills)
         in_use = self.blocks.blocks_in_use()
         if batch and in_use > self.peak_blocks_in_use:  # for KV-memory-per-token reports
             self.peak_blocks_in_use = in_use
@@ -210,7 +214,9 @@ class EngineCore:
         constraint failed (row -> message)."""
         self.model.before_unembedding = handoff
         try:
-            if self.static_decode is not None and all(s.num_cached for s in batch):
+            if self.static_decode is not None and all(
+                s.num_cached and s.num_new == 1 for s in batch
+            ):
                 logits = self.static_decode.run(
                     [DecodeRow(s.seq_id, s.token_ids[-1], s.num_cached) for s in batch]
                 )
@@ -277,6 +283,7 @@ class EngineCore:
                 chunk = TokenChunk(finish_reason="error", error=error)
             else:
                 seq.num_cached = len(seq.token_ids)
+                self.blocks.commit(seq.seq_id, seq.token_ids, seq.num_cached)
                 seq.token_ids.append(drawn.token_id)
                 chunk = self._chunk(seq, drawn)
             if chunk.finish_reason is not None:
@@ -303,6 +310,7 @@ class EngineCore:
             top_logprobs=(drawn.top_logprobs,) if drawn.top_logprobs is not None else None,
             finish_reason=finish,
             stop_reason=stop_reason,
+            cached_tokens=seq.num_prompt_cached or 0 if finish is not None else 0,
         )
 
     def _mixed_step(self, batch: list[Sequence]) -> torch.Tensor:

@@ -1,19 +1,22 @@
 """Paged attention in PyTorch: K/V live in a block pool, read back through block tables.
 
 One step runs many sequences at once: their new tokens are concatenated into one flat batch.
-A sequence either decodes (one new token after a cached prefix) or prefills (every token new,
-nothing cached: preempted sequences are recomputed from scratch, and there is no prefix cache).
-Each layer writes its new K/V into the pool through a slot mapping, then
+A sequence either decodes (one new token after cached ones) or prefills (several new tokens,
+after nothing or after a prefix the prefix cache supplied, `num_cached` tokens whose K/V are
+already in the pool). Each layer writes its new K/V into the pool through a slot mapping (every
+new position whose block the table holds), then
 * decodes gather their live blocks from the pool, padded to the longest, and attend as one
   batch (padding and out-of-window keys are masked, the sink is a zero key);
-* prefills attend over their own fresh K/V, one sequence at a time, through
-  `gptoss_model.attend`, the kernel the dense path uses.
+* prefills attend over their own fresh K/V, after the cached prefix's K/V gathered from the
+  pool (from the first position the window of their first query sees), one sequence at a
+  time, through `gptoss_model.attend`, the kernel the dense path uses.
 Both use the same sink trick (a zero key whose mask column holds the sink logit), so paged
 attention equals the dense path to rounding.
 """
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Sequence
 
 import attrs
@@ -22,7 +25,7 @@ import torch
 from . import kernels
 from .gptoss.config import GptOssConfig
 from .gptoss.model import attend
-from .kv_blocks import BlockManager
+from .kv_blocks import FREED, BlockManager
 
 __all__ = ["PagedAttention", "PagedKVCache", "StepSequence", "decode_attention", "decode_mask"]
 
@@ -53,7 +56,9 @@ class PagedKVCache:
         block_size: int,
         device: torch.device | str = "cpu",
         dtype: torch.dtype = torch.float32,
+        prefix_cache: bool = False,
     ) -> None:
+        """`prefix_cache` turns on `BlockManager`'s prefix cache, salted with the config."""
         windows: list[int | None] = []
         self.layer_group: list[tuple[int, int]] = []
         slots: dict[int | None, int] = {}
@@ -75,9 +80,12 @@ class PagedKVCache:
         self.trash_block = num_blocks + 1
         self.k = torch.zeros(shape, device=device, dtype=dtype)
         self.v = torch.zeros(shape, device=device, dtype=dtype)
+        # What the K/V of a token run depend on beyond the tokens (`BlockManager`'s salt).
+        identity = f"{config!r} {dtype} {block_size}".encode()
         self.blocks = BlockManager(
-            num_blocks=num_blocks, block_size=block_size, windows=self.windows
-        )
+            num_blocks=num_blocks, block_size=block_size, windows=self.windows,
+            prefix_cache=prefix_cache, salt=hashlib.sha256(identity).digest(),
+        )  # fmt: skip
 
     @staticmethod
     def bytes_per_block(config: GptOssConfig, block_size: int, dtype: torch.dtype) -> int:
@@ -85,6 +93,15 @@ class PagedKVCache:
         depth = max(sliding, config.num_hidden_layers - sliding)
         elem = torch.empty(0, dtype=dtype).element_size()
         return 2 * depth * block_size * config.kv_heads_dim * elem
+
+
+@attrs.frozen(kw_only=True)
+class _Prefill:
+    rows: tuple[int, int]  # this step's rows of the sequence's new tokens
+    q_pos: torch.Tensor  # [num_new] their positions
+    # Per group: the pool blocks of the cached prefix to read, how many of their slots (from
+    # the first), and the positions of those keys followed by q_pos; None without a prefix.
+    cached: list[tuple[torch.Tensor, int, torch.Tensor] | None]
 
 
 @attrs.frozen(kw_only=True)
@@ -121,26 +138,41 @@ class PagedAttention:
         positions: list[int] = []
         decode_rows: list[int] = []
         decodes: list[StepSequence] = []
-        self._prefills: list[tuple[int, int, torch.Tensor]] = []
+        self._prefills: list[_Prefill] = []
         for s in step:
             start = len(positions)
             positions.extend(range(s.num_cached, s.num_cached + s.num_new))
             if s.num_new == 1 and s.num_cached > 0:
                 decode_rows.append(start)
                 decodes.append(s)
-            elif s.num_cached == 0:
-                pos = torch.arange(s.num_new, device=self.device)
-                self._prefills.append((start, start + s.num_new, pos))
             else:
-                raise ValueError(
-                    f"sequence {s.seq_id}: {s.num_new} new tokens after {s.num_cached} cached;"
-                    " a step either decodes one token or prefills from position 0"
-                )
+                self._prefills.append(self._prefill(s, start))
         self._decode_rows = torch.tensor(decode_rows, dtype=torch.long, device=self.device)
         self._groups = [
             self._group_layout(g, step, decodes) for g in range(len(self.cache.windows))
         ]
         return torch.tensor(positions, dtype=torch.long, device=self.device)
+
+    def _prefill(self, s: StepSequence, start: int) -> _Prefill:
+        """A prefill's rows and positions, and per group the pool blocks of its cached prefix
+        that its first query's window reads (none without a prefix)."""
+        end = s.num_cached + s.num_new
+        q_pos = torch.arange(s.num_cached, end, device=self.device)
+        cached: list[tuple[torch.Tensor, int, torch.Tensor] | None] = []
+        for g in range(len(self.cache.windows)):
+            if not s.num_cached:
+                cached.append(None)
+                continue
+            blocks, first = self.cache.blocks.read_window(s.seq_id, g, s.num_cached)
+            used = -(-(s.num_cached - first) // self.cache.block_size)
+            cached.append(
+                (
+                    torch.tensor(blocks[:used], dtype=torch.long, device=self.device),
+                    s.num_cached - first,
+                    torch.arange(first, end, device=self.device),
+                )
+            )
+        return _Prefill(rows=(start, start + s.num_new), q_pos=q_pos, cached=cached)
 
     def _group_layout(
         self, g: int, step: Sequence[StepSequence], decodes: list[StepSequence]
@@ -151,11 +183,11 @@ class PagedAttention:
         row = 0
         for s in step:
             table = blocks.table(s.seq_id, g)
-            end = s.num_cached + s.num_new
-            keep_from = max(s.num_cached, blocks.first_needed_position(g, end))
-            for p in range(keep_from, end):
-                rows.append(row + p - s.num_cached)
-                slots.append(table[p // bs] * bs + p % bs)
+            for p in range(s.num_cached, s.num_cached + s.num_new):
+                # Blocks a sliding window will never read again are not in the table.
+                if p // bs < len(table) and table[p // bs] != FREED:
+                    rows.append(row + p - s.num_cached)
+                    slots.append(table[p // bs] * bs + p % bs)
             row += s.num_new
         tables: list[list[int]] = []
         firsts: list[int] = []
@@ -197,9 +229,18 @@ class PagedAttention:
         v_pool.view(kv_heads, -1, d).index_copy_(1, layout.write_slots, v[rows].transpose(0, 1))
         out = torch.empty_like(q)
         sinks, window = self.sinks[layer], self.windows[layer]
-        for start, end, pos in self._prefills:
+        for prefill in self._prefills:
+            start, end = prefill.rows
+            keys, values, k_pos = k[start:end], v[start:end], prefill.q_pos
+            cached = prefill.cached[group]
+            if cached is not None:  # the prefix's K/V from the pool, then the fresh ones
+                table, count, k_pos = cached
+                old_k = k_pool.index_select(1, table).view(kv_heads, -1, d)[:, :count]
+                old_v = v_pool.index_select(1, table).view(kv_heads, -1, d)[:, :count]
+                keys = torch.cat((old_k.transpose(0, 1), keys))
+                values = torch.cat((old_v.transpose(0, 1), values))
             out[start:end] = attend(
-                q[None, start:end], k[None, start:end], v[None, start:end], pos[None], pos[None],
+                q[None, start:end], keys[None], values[None], prefill.q_pos[None], k_pos[None],
                 sinks, window,
             )[0]  # fmt: skip
         if len(self._decode_rows):

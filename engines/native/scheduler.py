@@ -5,7 +5,9 @@ prefill while blocks and the token budget allow, so requests join and leave at e
 prefills and decodes share a step. When a running sequence cannot get a block for its next
 token, the newest running sequence is preempted: its blocks are freed and it goes to the front
 of the waiting queue, to be recomputed (prefilled again over prompt + tokens so far) when
-blocks free up. Requests are never failed for lack of blocks: the engine caps each request's
+blocks free up. An admitted sequence starts after the longest prefix the KV pool has cached
+(`BlockManager.cached_prefix`; a preempted one usually finds its own blocks there) and
+computes only the rest. Requests are never failed for lack of blocks: the engine caps each request's
 length at what the pool can hold for it alone, so the oldest sequence can always proceed.
 No torch.
 """
@@ -38,6 +40,8 @@ class Sequence:
     num_cached: int = 0
     status: Status = "waiting"
     preemptions: int = 0
+    # Prompt tokens the first admission took from the prefix cache (usage's cached_tokens).
+    num_prompt_cached: int | None = None
 
     @property
     def num_output(self) -> int:
@@ -59,6 +63,9 @@ class Scheduler:
         self.waiting: deque[Sequence] = deque()
         self.running: list[Sequence] = []  # oldest (lowest seq_id) first
         self.num_preemptions = 0
+        # Prefill tokens computed and taken from the prefix cache, over the scheduler's life.
+        self.num_prefill_tokens = self.num_cached_tokens = 0
+        self.last_prefills: list[Sequence] = []  # admitted by the last `schedule`
 
     def __bool__(self) -> bool:
         return bool(self.waiting or self.running)
@@ -93,17 +100,30 @@ class Scheduler:
         budget = self.max_num_batched_tokens - len(decodes)
         while self.waiting and len(self.running) < self.max_num_seqs:
             seq = self.waiting[0]
-            length = len(seq.token_ids)
+            cached = self.blocks.cached_prefix(seq.seq_id, seq.token_ids)
+            length = len(seq.token_ids) - cached  # what the prefill computes
             if length > budget and (prefills or decodes):
                 break  # a prompt longer than the budget still runs, alone
-            if not self.blocks.can_reserve(seq.seq_id, length):
-                break
+            spare = len(self.running)
+            if not self.blocks.admit(seq.seq_id, seq.token_ids, cached, spare=spare):
+                # A hit holds a sliding group's window before it too: at the pool's limit,
+                # the same prompt may still fit computed from scratch.
+                whole = len(seq.token_ids)
+                if not cached or (whole > budget and (prefills or decodes)):
+                    break
+                if not self.blocks.admit(seq.seq_id, seq.token_ids, 0, spare=spare):
+                    break
+                cached, length = 0, whole
             self.waiting.popleft()
-            self.blocks.reserve(seq.seq_id, length)
-            seq.status, seq.num_cached = "running", 0
+            seq.status, seq.num_cached = "running", cached
+            if seq.num_prompt_cached is None:  # the first admission's hit is what usage reports
+                seq.num_prompt_cached = cached
+            self.num_prefill_tokens += length
+            self.num_cached_tokens += cached
             self._insert_running(seq)
             prefills.append(seq)
             budget -= length
+        self.last_prefills = prefills
         return decodes + prefills
 
     def _preempt(self, seq: Sequence) -> None:
