@@ -34,12 +34,12 @@ def test_a_shared_prefix_is_reused_and_greedy_matches_transformers(
     (a whole prompt hit still computes its last block), and every request's greedy tokens are
     transformers' and the cache-off engine's."""
     prefix = random_prompts([23], seed=11)[0]
-    first = prefix + [7, 8, 9]
+    first = [*prefix, 7, 8, 9]
     engine = EngineCore(model, block_size=BS, num_blocks=128)
     (turn1,) = engine.run_to_completion([greedy_request(0, first, N)]).values()
     assert turn1[-1].cached_tokens == 0
     turn2 = first + _tokens(turn1) + [300, 301, 302]
-    sibling = prefix + [44, 45]
+    sibling = [*prefix, 44, 45]
     again = list(first)
     requests = [
         greedy_request(1, turn2, N),
@@ -68,7 +68,7 @@ def test_a_long_suffix_after_a_hit_reads_the_window_from_the_pool(
     query reads cached blocks that the step's own reservation no longer covers."""
     prefix = random_prompts([16], seed=12)[0]
     engine = EngineCore(model, block_size=BS, num_blocks=128)
-    engine.run_to_completion([greedy_request(0, prefix + [1], N)])
+    engine.run_to_completion([greedy_request(0, [*prefix, 1], N)])
     long = prefix + random_prompts([21], seed=13)[0]
     got = engine.run_to_completion([greedy_request(1, long, N)])["r1"]
     assert got[-1].cached_tokens == 16
