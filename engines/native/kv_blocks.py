@@ -115,6 +115,7 @@ class BlockManager:
 
     def _share(self, block: int) -> None:
         """One more reference to a registered block (a prefix hit)."""
+        assert self.key_of[block] is not None, f"block {block} was evicted before its hit"
         if self.refs[block] == 0:
             del self._evictable[block]
         self.refs[block] += 1
@@ -273,10 +274,13 @@ class BlockManager:
         extra = sum(first_new - n for _, _, first_new, _ in plan) if self.prefix_cache else 0
         if need + extra + spare > self.num_free:
             extra = 0
-        tables = []
-        for hits, first_hit, first_new, end in plan:
+        # Every group's hits first: a fresh block for one group must not evict a hit of
+        # another (the same hit block cannot serve two groups: their keys differ).
+        for hits, _, _, _ in plan:
             for block in hits:
                 self._share(block)
+        tables = []
+        for hits, first_hit, first_new, end in plan:
             table = [FREED] * first_hit + hits
             if extra:
                 first_new = n

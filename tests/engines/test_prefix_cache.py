@@ -121,6 +121,25 @@ def universe(model: GptOssModel) -> dict[tuple[int, ...], list[int]]:
     return answers
 
 
+def _turn(which: int, universe: dict[tuple[int, ...], list[int]]) -> list[int]:
+    prompt = [p + s for p in PREFIXES for s in SUFFIXES][which]
+    return prompt + universe[tuple(prompt)] + [5, 6]
+
+
+def test_admission_shares_every_groups_hits_before_taking_fresh_blocks(
+    model: GptOssModel, universe: dict[tuple[int, ...], list[int]]
+) -> None:
+    """Found by the property below: a preempted sequence came back to hits in both groups,
+    and the fresh block its sliding group took evicted one of its full group's hits, so one
+    block served both groups and its fourth token changed."""
+    turns = [_turn(0, universe), _turn(7, universe)]
+    engine = EngineCore(model, block_size=BS, num_blocks=16)
+    got = engine.run_to_completion([greedy_request(i, t, N) for i, t in enumerate(turns)])
+    assert engine.scheduler.num_preemptions > 0 and engine.scheduler.num_cached_tokens > 0
+    for i, turn in enumerate(turns):
+        assert _tokens(got[f"r{i}"]) == universe[tuple(turn)]
+
+
 def check_pool(engine: EngineCore, kept: dict[int, tuple[Any, torch.Tensor, torch.Tensor]]) -> None:
     """The pool's invariants after a step: each block's count is the number of tables holding
     it; free blocks are unheld; the free lists and the held blocks partition the pool; and
