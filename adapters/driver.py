@@ -263,6 +263,9 @@ class Generation:
         self.end: tuple[FinishReason, str | None] = ("error", NO_FINISH)
         # The response's output token count this generation may reach (None: no budget).
         self._limit: int | None = None
+        #: Prompt tokens the source took from its prefix cache, over every generation (each
+        #: reports its count on its last chunk; `finish` puts the sum in the usage).
+        self.cached_tokens = 0
 
     @property
     def finished(self) -> bool:
@@ -292,7 +295,9 @@ class Generation:
         if self.state is None or self.state.finished:
             return events
         completed_at = None if self.clock is None else int(self.clock())
-        self.state, closing = finish(self.state, reason, message, completed_at=completed_at)
+        self.state, closing = finish(
+            self.state, reason, message, completed_at=completed_at, cached_tokens=self.cached_tokens
+        )
         return events + closing
 
     def batches(self) -> AsyncGenerator[list[Event], None]:
@@ -401,6 +406,8 @@ class Generation:
                         break
                 chunk = ready[i]
                 i += 1
+                # Only a last chunk carries it, and a last chunk never takes the C path above.
+                self.cached_tokens += chunk.cached_tokens
                 if taken is not None:  # a generation that may end in a server-side call
                     state, over = self._step_to_call(state, chunk, pending, taken)
                     if over:

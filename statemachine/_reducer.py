@@ -123,9 +123,10 @@ def closed_error(state: ResponseState, what: str) -> ReducerUsageError:
     )
 
 
-def _usage(state: ResponseState) -> m.ResponseUsage:
+def _usage(state: ResponseState, cached_tokens: int) -> m.ResponseUsage:
     return m.ResponseUsage(
         input_tokens=state.input_tokens,
+        input_tokens_details=m.InputTokensDetails(cached_tokens=cached_tokens),
         output_tokens=state.output_tokens,
         output_tokens_details=m.OutputTokensDetails(reasoning_tokens=state.reasoning_tokens),
         total_tokens=state.input_tokens + state.output_tokens,
@@ -138,6 +139,7 @@ def finish(
     error: str | None = None,
     *,
     completed_at: int | None = None,
+    cached_tokens: int = 0,
 ) -> tuple[ResponseState, list[ev.Event]]:
     """Close every open part and item, then emit exactly one terminal event.
 
@@ -148,6 +150,9 @@ def finish(
     status `cancelled` (the SDK has no `response.cancelled` event; see specs/README.md). A call
     still pending never got its result: it ends `incomplete`. `completed_at` (Unix seconds,
     read by the caller: the reducer has no clock) goes on a completed response.
+    `cached_tokens` (the prompt tokens the token source took from its prefix cache, summed
+    over the response's generations; the source reports them, the reducer cannot know) goes in
+    `usage.input_tokens_details.cached_tokens`.
     """
     if state.finished:
         raise ReducerUsageError(
@@ -162,6 +167,10 @@ def finish(
             f"finish() error must be a message string or None, got {error!r} "
             f"({type(error).__name__}); pass str(...) of what went wrong"
         )
+    if type(cached_tokens) is not int or cached_tokens < 0:
+        raise ReducerUsageError(
+            f"finish(cached_tokens=...) takes a non-negative int, got {cached_tokens!r}"
+        )
     complete = reason == "stop"
     out = Out(state.seq)
     if state.call is not None:  # the tool never answered: the call did not finish
@@ -170,7 +179,8 @@ def finish(
     state = close_open(state, out, complete=complete)
     if state.call is not None:  # a call the flush closed is not run any more either
         state = settle_call(state, out, "incomplete")
-    base = _replace_response(state.response, output=state.output, usage=_usage(state))
+    usage = _usage(state, cached_tokens)
+    base = _replace_response(state.response, output=state.output, usage=usage)
     if reason == "stop":
         out.emit(
             ev.ResponseCompletedEvent,

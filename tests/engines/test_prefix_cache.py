@@ -229,3 +229,41 @@ def test_random_interleavings_keep_the_pool_sound_and_the_tokens_unchanged(
             assert made[key] == expected, key
         else:  # aborted: what it made so far is the start of the same answer
             assert made[key] == expected[: len(made[key])], key
+
+
+# --- usage ---------------------------------------------------------------------------------
+
+
+def test_usage_reports_the_cached_prompt_tokens_through_the_driver(model: GptOssModel) -> None:
+    """Over the served engine and the driver: a follow-up that shares a prefix says in its
+    usage how many prompt tokens came from the cache; the first request says 0."""
+    import anyio
+
+    from streamfold.adapters.driver import Generation
+    from streamfold.adapters.grammars import grammar_for
+    from streamfold.engines import GenerationRequest, SamplingParams
+    from streamfold.engines.native.engine import NativeEngine
+    from streamfold.statemachine import Response
+
+    prefix = random_prompts([22], seed=18)[0]
+
+    async def usage(engine: NativeEngine, name: str, prompt: list[int]) -> Any:
+        request = GenerationRequest(
+            request_id=name, prompt_token_ids=tuple(prompt), max_output_tokens=4,
+            sampling=SamplingParams(temperature=0.0), stop_token_ids=(),
+        )  # fmt: skip
+        response = Response(id=name, created_at=1, model="m", status="in_progress")
+        generation = Generation(engine, request, grammar_for({"grammar": "harmony"}), response)
+        events = [e async for batch in generation.batches() for e in batch]
+        return events[-1].response.usage
+
+    async def run() -> tuple[Any, Any]:
+        with NativeEngine(EngineCore(model, block_size=BS, num_blocks=128)) as engine:
+            first = await usage(engine, "resp_a", [*prefix, 1, 2])
+            second = await usage(engine, "resp_b", [*prefix, 3, 4, 5])
+        return first, second
+
+    first, second = anyio.run(run)
+    assert first.input_tokens_details.cached_tokens == 0
+    assert second.input_tokens == 25
+    assert second.input_tokens_details.cached_tokens == len(prefix) // BS * BS == 20

@@ -283,3 +283,22 @@ async def test_bad_token_mid_chunk_fails_in_band_without_losing_the_tokens_befor
     text = "".join(e.delta for e in events if e.type == "response.output_text.delta")
     assert text == "Hello there"
     assert_conformant(events)
+
+
+async def test_the_last_chunks_cached_tokens_reach_the_usage() -> None:
+    """A source's prefix-cache hit (`TokenChunk.cached_tokens`, on its last chunk) is the
+    response's `usage.input_tokens_details.cached_tokens`; 0 when the source says nothing."""
+    ids = encode("<|channel|>final<|message|>Hi<|return|>")
+
+    class Cached:
+        async def generate(self, req: GenerationRequest) -> AsyncIterator[TokenChunk]:
+            for token in ids[:-1]:
+                yield TokenChunk(token_ids=(token,))
+            yield TokenChunk(token_ids=(ids[-1],), finish_reason="stop", cached_tokens=2)
+
+    events = await collect(Cached())
+    assert events[-1].type == "response.completed"
+    assert events[-1].response.usage.input_tokens_details.cached_tokens == 2
+    assert_conformant(events)
+    plain = await collect(ReplaySource(make_trace(GREETING)))
+    assert plain[-1].response.usage.input_tokens_details.cached_tokens == 0
