@@ -306,6 +306,7 @@ def native_engine_options(args: argparse.Namespace) -> dict[str, Any]:
         "max_num_seqs": args.max_num_seqs,
         "experts": args.experts,
         "threads": getattr(args, "threads", None),
+        "prefix_cache": not getattr(args, "no_prefix_cache", False),
     }
 
 

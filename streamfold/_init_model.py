@@ -112,6 +112,12 @@ def add_native_engine_arguments(parser: argparse.ArgumentParser) -> None:
     group.add_argument("--block-size", type=int, default=16, help="tokens per KV block")
     group.add_argument("--max-num-seqs", type=int, default=64, help="most sequences per step")
     group.add_argument(
+        "--no-prefix-cache",
+        action="store_true",
+        help="compute every prompt in full instead of reusing the KV blocks of a prefix an"
+        " earlier request computed (the cache is shared by every client of the server)",
+    )
+    group.add_argument(
         "--threads",
         type=int,
         default=None,

@@ -25,11 +25,13 @@ def build_native_engine(
     max_num_seqs: int = 64,
     experts: str = "dequantize",
     threads: int | None = None,
+    prefix_cache: bool = True,
 ) -> NativeEngine:
     """Load `model_dir` and return a `NativeEngine` (close it, or use it as a context manager).
 
     `threads` is the engine thread's torch thread count; None means `default_engine_threads()`
-    on CPU and torch's own setting elsewhere."""
+    on CPU and torch's own setting elsewhere. `prefix_cache=False` turns off the reuse of
+    cached prompt blocks (see docs/engines.md, "Prefix cache")."""
     import torch
 
     from .core import EngineCore
@@ -49,6 +51,7 @@ def build_native_engine(
         block_size=block_size,
         kv_cache_bytes=None if kv_cache_mb is None else kv_cache_mb * 2**20,
         max_num_seqs=max_num_seqs,
+        prefix_cache=prefix_cache,
     )
     if threads is None and core.model.device.type == "cpu":
         threads = default_engine_threads()

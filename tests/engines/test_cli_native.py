@@ -112,3 +112,11 @@ def test_mxfp4_init_model_runs_with_packed_experts(tmp_path: Path) -> None:
     request = GenerationRequest(request_id="m", prompt_token_ids=(1, 2, 3), max_output_tokens=4,
                                 sampling=SamplingParams(temperature=0.0))  # fmt: skip
     assert _record(root, tmp_path / "m.jsonl", request, **options) == "length"
+
+
+def test_no_prefix_cache_turns_the_cache_off() -> None:
+    parser = argparse.ArgumentParser()
+    add_native_engine_arguments(parser)
+    assert native_engine_options(parser.parse_args([]))["prefix_cache"] is True
+    options = native_engine_options(parser.parse_args(["--no-prefix-cache"]))
+    assert options["prefix_cache"] is False
