@@ -33,7 +33,7 @@ from streamfold.engines.native.engine import NativeEngine
 from streamfold.engines.native.gptoss.model import GptOssModel
 
 sys.path.insert(0, str(Path(__file__).parent))
-from bench_engine import build_checkpoint  # noqa: E402
+from bench_engine import build_checkpoint
 
 
 def conversations(args: argparse.Namespace) -> list[tuple[list[int], list[list[int]]]]:
