@@ -140,10 +140,30 @@ def test_admission_shares_every_groups_hits_before_taking_fresh_blocks(
         assert _tokens(got[f"r{i}"]) == universe[tuple(turn)]
 
 
-def check_pool(engine: EngineCore, kept: dict[int, tuple[Any, torch.Tensor, torch.Tensor]]) -> None:
+def watch_takes(blocks: BlockManager) -> set[int]:
+    """The blocks handed out for writing from now on (a registered one only by eviction)."""
+    taken: set[int] = set()
+    take = blocks._take
+
+    def recording() -> int:
+        block = take()
+        taken.add(block)
+        return block
+
+    blocks._take = recording  # type: ignore[method-assign]
+    return taken
+
+
+def check_pool(
+    engine: EngineCore,
+    kept: dict[int, tuple[Any, torch.Tensor, torch.Tensor]],
+    taken: set[int],
+) -> None:
     """The pool's invariants after a step: each block's count is the number of tables holding
     it; free blocks are unheld; the free lists and the held blocks partition the pool; and
-    every cached block's K/V is what it was when it was registered."""
+    every cached block's K/V is what it was when it was registered, unless the block was
+    evicted and handed out again since (it may then hold the same tokens, recomputed, under the
+    same key: a sequence whose sliding window missed recomputes full blocks that were cached)."""
     blocks: BlockManager = engine.blocks
     held = Counter(
         b for tables in blocks.tables.values() for table in tables for b in table if b != FREED
@@ -158,10 +178,11 @@ def check_pool(engine: EngineCore, kept: dict[int, tuple[Any, torch.Tensor, torc
     assert all(blocks.key_of[b] == key for key, b in blocks.cached.items())
     k, v = engine.cache.k, engine.cache.v
     for b, (key, old_k, old_v) in list(kept.items()):
-        if blocks.key_of[b] != key:  # evicted (and maybe reused): no longer a cached block
+        if b in taken or blocks.key_of[b] != key:  # evicted: no longer the same cached block
             del kept[b]
             continue
         assert torch.equal(k[:, :, b], old_k) and torch.equal(v[:, :, b], old_v), b
+    taken.clear()
     for key, b in blocks.cached.items():
         kept.setdefault(b, (key, k[:, :, b].clone(), v[:, :, b].clone()))
 
@@ -202,6 +223,7 @@ def test_random_interleavings_keep_the_pool_sound_and_the_tokens_unchanged(
     finished: set[str] = set()
     aborts: dict[int, str] = {}
     kept: dict[int, tuple[Any, torch.Tensor, torch.Tensor]] = {}
+    taken = watch_takes(engine.blocks)
     step = 0
     while arrivals or engine.has_work():
         while arrivals and arrivals[0][0] <= step:
@@ -216,7 +238,7 @@ def test_random_interleavings_keep_the_pool_sound_and_the_tokens_unchanged(
             made[request_id] += chunk.token_ids
             if chunk.finish_reason is not None:
                 finished.add(request_id)
-        check_pool(engine, kept)
+        check_pool(engine, kept, taken)
         step += 1
     assert engine.blocks.blocks_in_use() == 0
     for (which, turn, _, _), i in zip(picks, range(len(picks)), strict=True):
