@@ -187,6 +187,7 @@ def check_pool(
         kept.setdefault(b, (key, k[:, :, b].clone(), v[:, :, b].clone()))
 
 
+@pytest.mark.slow  # 20 engines of up to 8 requests: 1.5-2.5 min on 2 loaded cores
 @settings(
     max_examples=20, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
 )
