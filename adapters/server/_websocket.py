@@ -117,6 +117,15 @@ class _Connection:
                 log.debug("a WebSocket closed while a response was sent", exc_info=True)
                 tasks.cancel_scope.cancel()
                 return
+            except Exception as exc:  # a fault of the server: said, and the connection lives
+                log.exception("a WebSocket create failed")
+                failed = RequestError(
+                    f"The server had an error while processing your request "
+                    f"({type(exc).__name__}).",
+                    status=500,
+                    type="server_error",
+                )
+                await self._send_json(socket_error(failed, lane))
 
     async def _respond(self, lane: str | None, body: dict[str, Any], generate: bool) -> None:
         prepared = await self.service.prepare(body, recent=self.recent)

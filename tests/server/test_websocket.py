@@ -227,3 +227,26 @@ def test_a_page_of_another_origin_cannot_open_a_socket(url: str) -> None:
     with connect(ws_url, origin=Origin(url)) as socket:  # the server's own pages may
         socket.send(json.dumps({"type": "response.create", "model": "greeting", "input": "hi"}))
         assert json.loads(socket.recv(timeout=10))["type"] == "response.created"
+
+
+def test_a_lane_may_fork_from_another_lanes_response(url: str) -> None:
+    """`stream_id` routes, `previous_response_id` carries the conversation: lane b continues
+    what lane a answered (store: false, so from the connection's memory)."""
+
+    def answer(socket: Any, lane: str, **fields: Any) -> dict[str, Any]:
+        create = {"type": "response.create", "model": "chat", "store": False, **fields}
+        socket.send(json.dumps({**create, "stream_id": lane}))
+        while True:
+            event = json.loads(socket.recv(timeout=10))
+            assert event["type"] != "error", event
+            if event["type"] == "response.completed":
+                assert event["stream_id"] == lane
+                return event["response"]  # type: ignore[no-any-return]
+
+    with connect(url.replace("http://", "ws://") + "/v1/responses") as socket:
+        first = answer(socket, "a", input="Hello!")
+        second = answer(socket, "b", input="What did I say?", previous_response_id=first["id"])
+    text = [
+        p["text"] for item in second["output"] if item["type"] == "message" for p in item["content"]
+    ]
+    assert text == ["You said hello before."]
