@@ -135,3 +135,16 @@ def test_a_failing_constraint_ends_its_own_request_only(model: GptOssModel) -> N
 
 def test_the_protocol_is_runtime_checkable() -> None:
     assert isinstance(OnlyTokens(), LogitsConstraint)
+
+
+def test_the_cpus_unpacking_of_the_bitmask_is_the_tensor_ops_one() -> None:
+    """The CPU path (numpy) and the device path (shifts) read the same tokens as allowed."""
+    from streamfold.engines.native.sampler import _allowed_numpy, _allowed_shifts
+
+    generator = torch.Generator().manual_seed(1)
+    for vocab in (31, 32, 33, 1000, 201088):
+        words = -(-vocab // 32)
+        bitmask = torch.randint(
+            -(2**31), 2**31 - 1, (3, words), dtype=torch.int32, generator=generator
+        )
+        assert torch.equal(_allowed_numpy(bitmask, vocab), _allowed_shifts(bitmask, vocab))
