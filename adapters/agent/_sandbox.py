@@ -21,8 +21,9 @@ What the sandbox gets (see `bwrap_argv`):
   namespaces inside;
 - a seccomp filter (`seccomp_filter`) that refuses new processes: fork, vfork, clone without
   CLONE_THREAD (EAGAIN), clone3 (ENOSYS, so libc falls back to clone, where the flags can be
-  read). Threads are allowed. Why not RLIMIT_NPROC: the kernel does not apply it to uid 0, and a
-  server run as root (as in CI and many containers) would have no bound on a fork bomb.
+  read); and ptrace and process_vm_readv/writev (EPERM). Threads are allowed. Why not
+  RLIMIT_NPROC: the kernel does not apply it to uid 0, and a server run as root (as in CI and
+  many containers) would have no bound on a fork bomb.
 
 The memory of one call is then bounded by its one process's address space (RLIMIT_AS, set by
 the bootstrap inside) plus its scratch tmpfs; `PythonTool` caps how many calls run at once.
@@ -74,10 +75,11 @@ _ENOSYS = 38
 _CLONE_THREAD = 0x00010000
 _X32_BIT = 0x40000000
 
-# arch -> (AUDIT_ARCH_*, clone, clone3, (fork-like syscalls))
+_EPERM = 1
+# arch -> (AUDIT_ARCH_*, clone, clone3, (fork-like syscalls), (ptrace, process_vm_readv/writev))
 _ARCHES = {
-    "x86_64": (0xC000003E, 56, 435, (57, 58)),  # fork, vfork
-    "aarch64": (0xC00000B7, 220, 435, ()),  # no fork/vfork syscalls there
+    "x86_64": (0xC000003E, 56, 435, (57, 58), (101, 310, 311)),  # fork, vfork
+    "aarch64": (0xC00000B7, 220, 435, (), (117, 270, 271)),  # no fork/vfork syscalls there
 }
 
 
@@ -88,7 +90,7 @@ def seccomp_filter(machine: str | None = None) -> bytes:
     machine = machine or platform.machine()
     if machine not in _ARCHES:
         raise SandboxUnavailable(f"the python sandbox knows no seccomp numbers for {machine!r}")
-    arch, clone, clone3, forks = _ARCHES[machine]
+    arch, clone, clone3, forks, tracing = _ARCHES[machine]
     # (opcode, k, jump-if-true label, jump-if-false label); a label None means "the next one".
     code: list[tuple[int, int, str | None, str | None]] = [
         (_LD_W_ABS, 4, None, None),  # seccomp_data.arch
@@ -97,6 +99,8 @@ def seccomp_filter(machine: str | None = None) -> bytes:
         (_JGE_K, _X32_BIT, "enosys", None),
         (_JEQ_K, clone3, "enosys", None),
         *((_JEQ_K, nr, "eagain", None) for nr in forks),
+        # No reaching into another process of the sandbox (bwrap's own pid 1 included).
+        *((_JEQ_K, nr, "eperm", None) for nr in tracing),
         (_JEQ_K, clone, None, "allow"),
         (_LD_W_ABS, 16, None, None),  # args[0]'s low word (little endian): clone's flags
         (_JSET_K, _CLONE_THREAD, "allow", "eagain"),
@@ -104,6 +108,7 @@ def seccomp_filter(machine: str | None = None) -> bytes:
     returns = {
         "allow": _RET_ALLOW,
         "eagain": _RET_ERRNO | _EAGAIN,
+        "eperm": _RET_ERRNO | _EPERM,
         "enosys": _RET_ERRNO | _ENOSYS,
     }
     where = {label: len(code) + i for i, label in enumerate(returns)}

@@ -226,3 +226,14 @@ def test_nothing_outside_the_scratch_is_writable(server: Server) -> None:
     )
     assert "WROTE" not in logs, logs
     assert logs.count("refused") == 4
+
+
+def test_the_code_cannot_trace_the_sandboxs_own_init(server: Server) -> None:
+    """Found while fixing issue 29: the code could ptrace bwrap's pid 1 in the sandbox (same
+    user), the one process there that set the sandbox up."""
+    logs = server.run(
+        "import ctypes\n"
+        "libc = ctypes.CDLL(None, use_errno=True)\n"
+        "print('ptrace', libc.ptrace(16, 1, 0, 0), ctypes.get_errno())\n"  # PTRACE_ATTACH
+    )
+    assert "ptrace -1 1" in logs, logs  # EPERM
