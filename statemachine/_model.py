@@ -27,6 +27,7 @@ __all__ = [
     "ActionSearch",
     "CodeInterpreterOutputLogs",
     "ContentPart",
+    "ConversationRef",
     "CustomTool",
     "CustomToolFormat",
     "CustomToolGrammar",
@@ -500,6 +501,13 @@ class ReasoningConfig:
 
 
 @attrs.frozen(kw_only=True)
+class ConversationRef:
+    """openai `Response.conversation`: the conversation a response reads and adds to."""
+
+    id: str
+
+
+@attrs.frozen(kw_only=True)
 class Response:
     """openai `Response`: carried whole by every lifecycle event."""
 
@@ -531,3 +539,4 @@ class Response:
     background: bool | None = None
     previous_response_id: str | None = None
     completed_at: int | None = None
+    conversation: ConversationRef | None = None

@@ -104,9 +104,10 @@ _exactly(tuple[()], _empty)
 
 def _omitted(cls: type) -> frozenset[str]:
     """The fields of `cls` left out of the JSON when None: optional ones, except on `Response`
-    and where a field is marked `_model.NULLABLE` (one the API always sends, null or not)."""
-    if cls is m.Response:
-        return frozenset()
+    (but its `conversation`) and where a field is marked `_model.NULLABLE` (one the API always
+    sends, null or not)."""
+    if cls is m.Response:  # `conversation` only when set: every other stream's bytes stay
+        return frozenset({"conversation"})
     return frozenset(
         a.name for a in attrs.fields(cls) if a.default is None and not a.metadata.get(m.WIRE_NULL)
     )

@@ -34,7 +34,7 @@ from ._input import (
     input_items,
 )
 from ._kinds import CARRIED_ITEM_TYPES, INPUT_ITEM_PREFIX
-from ._parse import parse_create_request, parse_input_items
+from ._parse import parse_create_request, parse_input_items, parse_item
 from ._request import (
     INCLUDABLE,
     LOGPROBS_INCLUDE,
@@ -111,4 +111,5 @@ __all__ = [
     "input_items",
     "parse_create_request",
     "parse_input_items",
+    "parse_item",
 ]

@@ -49,7 +49,7 @@ from ._tools import (
     ToolSearchParam,
 )
 
-__all__ = ["parse_create_request", "parse_input_items"]
+__all__ = ["parse_create_request", "parse_input_items", "parse_item"]
 
 
 # The wire format's strict converter (scalars, objects), plus the request's own hooks below.
@@ -349,4 +349,19 @@ def parse_input_items(items: Any) -> tuple[InputItem, ...]:
         structured: tuple[InputItem, ...] = _converter.structure(items, tuple[InputItem, ...])
     except cattrs.BaseValidationError as exc:
         raise RequestError(f"stored input items cannot be read: {exc}") from exc
+    return structured
+
+
+def parse_item(item: Any, *, param: str) -> InputItem:
+    """One input item a request sends outside `input` (a conversation's `items`); raises
+    `RequestError` naming the first bad field under `param` (`items[2].role`)."""
+    try:
+        structured: InputItem = _converter.structure(item, InputItem)
+    except cattrs.BaseValidationError as exc:
+        first = cattrs.transform_error(exc, format_exception=_format)[0]
+        message, _, path = first.rpartition(" @ ")
+        where = param + path.removeprefix("$")
+        raise RequestError(f"invalid {where}: {message}", param=where) from exc
+    except (TypeError, ValueError) as exc:  # the item hook's own refusals (not an object, ...)
+        raise RequestError(f"invalid {param}: {exc}", param=param) from exc
     return structured

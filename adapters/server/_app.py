@@ -23,9 +23,11 @@ from starlette.routing import Route, WebSocketRoute
 from ..agent._config import AgentConfig
 from ..protocol import RequestError
 from ..registry import Engine, require_engine
+from ._conversation_routes import conversation_routes
+from ._conversations import Conversations
 from ._guard import Guard, OwnedStore
 from ._input_items import DEFAULT_LIMIT
-from ._limits import MAX_SAFE_INTEGER, ServerLimits, decode_body, read_body, shown
+from ._limits import MAX_SAFE_INTEGER, ServerLimits, body_within, decode_body, shown
 from ._prepare import Prepared, new_response_id
 from ._readiness import Readiness, health
 from ._reasoning_keys import ReasoningKeys
@@ -49,13 +51,7 @@ def _error(exc: RequestError) -> JSONResponse:
 
 async def _body(request: Request, limits: ServerLimits) -> bytes:
     """The raw body, within the size limit (413) and the time limit (408)."""
-    with anyio.move_on_after(limits.body_timeout_s):
-        return await read_body(dict(request.headers), request.stream(), limits)
-    raise RequestError(
-        f"the request body did not arrive within {limits.body_timeout_s:g} s",
-        status=408,
-        code="request_timeout",
-    )
+    return await body_within(dict(request.headers), request.stream(), limits)
 
 
 def _service(request: Request) -> ResponseService:
@@ -244,6 +240,7 @@ def create_app(
             Route("/v1/responses/{response_id}", delete_response, methods=["DELETE"]),
             Route("/v1/responses/{response_id}/input_items", list_input_items, methods=["GET"]),
             Route("/v1/responses/{response_id}/cancel", cancel_response, methods=["POST"]),
+            *conversation_routes(),
             Route("/health", health, methods=["GET"]),
         ],
         exception_handlers={
@@ -257,5 +254,6 @@ def create_app(
         middleware=[Middleware(Guard, api_keys=api_keys, allowed_hosts=allowed_hosts, store=owned)],
     )
     app.state.streamfold = service
+    app.state.conversations = Conversations(service.store, service.clock)
     app.state.readiness = readiness
     return app

@@ -16,10 +16,20 @@ import json
 from collections.abc import AsyncIterator
 from typing import Any
 
+import anyio
+
 from ..limits import ServerLimits
 from ..protocol import RequestError
 
-__all__ = ["MAX_SAFE_INTEGER", "ServerLimits", "check_body", "decode_body", "read_body", "shown"]
+__all__ = [
+    "MAX_SAFE_INTEGER",
+    "ServerLimits",
+    "body_within",
+    "check_body",
+    "decode_body",
+    "read_body",
+    "shown",
+]
 
 # JSON numbers beyond 2^53 are not exact in most clients (JavaScript's among them); no field of
 # a request needs one, and huge ones reach SQLite or Rust as overflows.
@@ -53,6 +63,19 @@ async def read_body(
             raise _too_large(limits)
         parts.append(chunk)
     return b"".join(parts)
+
+
+async def body_within(
+    headers: dict[str, str], chunks: AsyncIterator[bytes], limits: ServerLimits
+) -> bytes:
+    """The raw body, within the size limit (413) and the time limit (408)."""
+    with anyio.move_on_after(limits.body_timeout_s):
+        return await read_body(headers, chunks, limits)
+    raise RequestError(
+        f"the request body did not arrive within {limits.body_timeout_s:g} s",
+        status=408,
+        code="request_timeout",
+    )
 
 
 def decode_body(raw: bytes) -> Any:

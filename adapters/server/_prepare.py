@@ -17,11 +17,12 @@ from typing import Any
 import attrs
 
 from streamfold.engines import DecodingConstraint, GenerationRequest, SamplingParams
-from streamfold.statemachine import ReasoningConfig, Response
+from streamfold.statemachine import ConversationRef, ReasoningConfig, Response
 from streamfold.statemachine._grammar import Grammar
 
 from ..agent._config import AgentConfig, AgentRun, prepare_agent, served_tools
 from ..protocol import (
+    INPUT_ITEM_PREFIX,
     CreateRequest,
     RequestError,
     input_items,
@@ -32,6 +33,8 @@ from ..registry import Engine, UnknownModelError
 from ..structured import check_bodies
 from ._approvals import check_approvals
 from ._conversation import earlier_conversation, saved_input
+from ._conversation_store import ItemRow
+from ._conversations import conversation_id_of, replayed_items, stored_items
 from ._limits import ServerLimits, check_body
 from ._reasoning_keys import ReasoningKeys, open_reasoning
 from ._references import resolve_references
@@ -65,6 +68,10 @@ class Prepared:
     # The agent loop's grammar for a generation after a call the server ran (`required` and a
     # named tool relax to `auto` there, or the loop could never end).
     after_call: DecodingConstraint | None = None
+    # `conversation` (the API's): its id, and the request's own input as the items it appends
+    # to it (with the response's output, when the response ends; `_conversation_store.py`).
+    conversation_id: str | None = None
+    conversation_input: tuple[ItemRow, ...] = ()
 
 
 def new_response_id() -> str:
@@ -87,6 +94,7 @@ async def prepare(
     clock: Callable[[], float],
     reasoning_keys: ReasoningKeys | None = None,
     recent: Mapping[str, list[Any]] | None = None,
+    owner: str | None = None,
 ) -> Prepared:
     """Validate a `POST /v1/responses` body; raises `RequestError` (4xx) naming the field.
 
@@ -94,15 +102,31 @@ async def prepare(
     `_render.py`); without it, the body is measured. `running(id)` says whether a response
     is still being generated here (its stored conversation is then incomplete). `recent`:
     whole conversations of responses the store does not hold (a WebSocket connection's
-    `store: false` responses), by id, which `previous_response_id` may name too."""
+    `store: false` responses), by id, which `previous_response_id` may name too. `owner`:
+    the hash of the caller's API key, whose conversations it may name (None: no keys)."""
     check_body(body, limits)
     if body_bytes is None:
         body_bytes = len(json.dumps(body))
     body = await resolve_references(store, body)
     previous = body.get("previous_response_id") if isinstance(body, dict) else None
+    conversation = conversation_id_of(body) if isinstance(body, dict) else None
     earlier: list[Any] = []
     cached = recent.get(previous) if recent is not None and isinstance(previous, str) else None
-    if cached is not None:
+    if conversation is not None:
+        if previous is not None:
+            raise RequestError(
+                "conversation and previous_response_id cannot be used together: a response "
+                "continues either a conversation or an earlier response",
+                param="conversation",
+                code="mutually_exclusive_parameters",
+            )
+        if body.get("store") is False:
+            raise RequestError(
+                "a response in a conversation is stored with it; leave out store: false",
+                param="store",
+            )
+        earlier = await replayed_items(store, conversation, owner)
+    elif cached is not None:
         earlier = cached
     elif isinstance(previous, str) and previous:
         earlier = await earlier_conversation(store, previous, running=running(previous))
@@ -160,6 +184,7 @@ async def prepare(
         reasoning=request.reasoning or ReasoningConfig(effort="medium"),
         background=bool(request.background),
         previous_response_id=request.previous_response_id,
+        conversation=None if conversation is None else ConversationRef(id=conversation),
     )
     generation = GenerationRequest(
         request_id=response_id,
@@ -178,21 +203,39 @@ async def prepare(
                 "it serves what it would anyway (replay: what was recorded)",
                 generation.decoding.summary,
             )
+    kept = saved_input(request.previous_response_id, own)
+    appended: tuple[ItemRow, ...] = ()
+    if cached is not None or conversation is not None:
+        # Following a response the store lacks, or in a conversation, the store keeps the
+        # whole input: its input_items and a later previous_response_id see it whole.
+        kept = [*earlier, *own]
+    if conversation is not None:
+        appended = tuple(_appended_input(response_id, own, len(earlier)))
     return Prepared(
         request=request,
         response=response,
         generation=generation,
         grammar=grammar,
-        # Following a response the store lacks, the store keeps the whole conversation.
-        saved_input=(
-            [*earlier, *own]
-            if cached is not None
-            else saved_input(request.previous_response_id, own)
-        ),
+        saved_input=kept,
         conversation=[*earlier, *own],
         agent=agent,
         prompts=prompts,
         after_call=(
             None if agent is None else engine.format.constraint_for(request, after_call=True)
         ),
+        conversation_id=conversation,
+        conversation_input=appended,
     )
+
+
+def _appended_input(response_id: str, own: list[Any], start: int) -> list[ItemRow]:
+    """The request's own items as a conversation keeps them, with the ids
+    `GET /v1/responses/{id}/input_items` lists them by (`_input_items.listed_items`)."""
+    base = response_id.removeprefix("resp_")
+    ids = [
+        item["id"]
+        if isinstance(item.get("id"), str) and item["id"]
+        else f"{INPUT_ITEM_PREFIX[item.get('type', 'message')]}_{base}_in{start + i}"
+        for i, item in enumerate(own)
+    ]
+    return stored_items(own, ids)

@@ -46,6 +46,8 @@ from ..agent._config import AgentConfig
 from ..agent._loop import AgentGeneration, generation_for
 from ..protocol import RequestError
 from ..registry import Engine
+from ._conversation_store import ConversationStore
+from ._guard import OWNER
 from ._limits import ServerLimits
 from ._logwriter import LogWriter
 from ._prepare import Prepared, new_response_id, prepare
@@ -113,6 +115,7 @@ class ResponseService:
         self.log = LogWriter(store)
         # Checked once: isinstance against a runtime-checkable Protocol costs 10-25 us a call.
         self._input_store = store if isinstance(store, InputStore) else None
+        self._conversation_store = store if isinstance(store, ConversationStore) else None
         self.unreadable: set[str] = set()  # responses the store holds but cannot read
         self.unstored: dict[str, str] = {}  # the final Response of runs the store refused
         #: Runs whose reasoning items are sealed, with the blobs made so far.
@@ -177,6 +180,7 @@ class ResponseService:
             clock=self.clock,
             reasoning_keys=self.reasoning_keys,
             recent=recent,
+            owner=OWNER.get(),
         )
 
     # --- driving a response -------------------------------------------------------------
@@ -247,6 +251,10 @@ class ResponseService:
         try:
             with anyio.CancelScope(shield=True):
                 await store.save_input(run.id, json.dumps(prepared.saved_input))
+                if prepared.conversation_id is not None and self._conversation_store is not None:
+                    await self._conversation_store.bind_conversation(
+                        run.id, prepared.conversation_id, prepared.conversation_input
+                    )
         except Exception as exc:
             raise _StoreFailed([], exc) from exc
 

@@ -27,7 +27,9 @@ from pathlib import Path
 
 import anyio
 
+from ._conversation_store import ItemRow
 from ._logwriter import Batch
+from ._sqlite_conversations import SQLiteConversations
 from ._sqlite_schema import open_layout
 from ._store import (
     RECORD_DATA,
@@ -78,7 +80,7 @@ def _lock(path: Path) -> int:
     return fd
 
 
-class SQLiteEventStore:
+class SQLiteEventStore(SQLiteConversations):
     """Logs in one SQLite file (WAL mode), shared by every request of the process.
 
     The store is locked to this object (a `PATH.lock` file beside it) until `close()`; a second
@@ -127,6 +129,8 @@ class SQLiteEventStore:
         # server appends a response's first events right after saving its input), not in one
         # transaction each, a WAL page write per response (`save_input`).
         self._inputs: dict[str, str] = {}
+        # Responses bound to a conversation, until their terminal event is written.
+        self._bound: dict[str, tuple[str, list[ItemRow]]] = {}
 
     def _connect(self) -> sqlite3.Connection:
         db = sqlite3.connect(str(self.path), check_same_thread=False, isolation_level=None)
@@ -240,6 +244,7 @@ class SQLiteEventStore:
         for number, new in written:  # only what is committed is known to be there
             if new.finished:
                 self._unfinished.pop(new.id, None)
+                self._bound.pop(new.id, None)
             else:
                 self._unfinished[new.id] = number, new
         return errors
@@ -330,6 +335,10 @@ class SQLiteEventStore:
                 if last_lifecycle(records) is not None
             ],
         )
+        if self._bound:  # a response bound to a conversation appends to it as it ends
+            for _, (_, new) in planned:
+                if new.finished and new.id in self._bound:
+                    self.append_ended(new.id, new.event)
 
     def _checkpoint(self) -> None:
         with self._read_lock:
@@ -443,6 +452,7 @@ class SQLiteEventStore:
         self._db.execute("COMMIT")
         self._unfinished.pop(response_id, None)
         self._inputs.pop(response_id, None)
+        self._bound.pop(response_id, None)
 
     async def claim_approval(self, approval_id: str, response_id: str) -> str | None:
         # One autocommit statement on the loop, as `delete`: atomic, and small.

@@ -11,6 +11,11 @@ WAL (~27 µs a batch, measured with 200 live responses and 60 batches a commit).
 puts a commit's batches on a few pages; the index entries (two integers) of the live
 responses, numbered close together, share a few more (~6 µs a batch). The `responses` row
 changes on lifecycle events only.
+
+Layout 2 adds the Conversations API's tables: `conversations`, and `conversation_items`, each
+conversation's items in the order they were added (`position`), with their ids unique per
+conversation. A file of layout 1 is upgraded in place by adding them (and one of layout 0 by
+upgrading it to 1 first).
 """
 
 from __future__ import annotations
@@ -21,7 +26,7 @@ from ._store import StoreError
 
 __all__ = ["LAYOUT", "open_layout"]
 
-LAYOUT = 1
+LAYOUT = 2
 
 _TABLES = """
 CREATE TABLE responses (
@@ -44,6 +49,22 @@ CREATE TABLE IF NOT EXISTS inputs (
     response_id TEXT PRIMARY KEY,
     items TEXT NOT NULL
 ) WITHOUT ROWID;
+"""
+_CONVERSATIONS = """
+CREATE TABLE conversations (
+    id TEXT PRIMARY KEY,
+    created_at INTEGER NOT NULL,
+    metadata TEXT NOT NULL,
+    owner TEXT
+) WITHOUT ROWID;
+CREATE TABLE conversation_items (
+    conversation_id TEXT NOT NULL,
+    position INTEGER NOT NULL,
+    item_id TEXT NOT NULL,
+    data TEXT NOT NULL,
+    PRIMARY KEY (conversation_id, position)
+) WITHOUT ROWID;
+CREATE UNIQUE INDEX conversation_items_by_id ON conversation_items (conversation_id, item_id);
 """
 # Which response answered each approval request (issue 29: one approval, one call). Added to
 # layout 1 without a new version: a file without it gets it when its server opens it, and an
@@ -100,14 +121,17 @@ def open_layout(db: sqlite3.Connection, *, upgrade: bool) -> None:
             f"{LAYOUT}); upgrade streamfold or pass --store with another file"
         )
     old = "event_batches" in _tables(db)
-    if old and not upgrade:
+    if (old or version) and not upgrade:
         raise StoreError(
             "it was written by an earlier streamfold; open it once with its lock (start the "
             "server on it) to upgrade it"
         )
     if not upgrade:  # an empty file opened without the lock: its server has not made it yet
         raise StoreError("it holds no response store yet")
-    script = _UPGRADE_0.format(tables=_TABLES) if old else _TABLES
+    if version == 1:
+        script = _CONVERSATIONS
+    else:
+        script = (_UPGRADE_0.format(tables=_TABLES) if old else _TABLES) + _CONVERSATIONS
     db.execute("BEGIN IMMEDIATE")
     try:
         for statement in script.split(";"):

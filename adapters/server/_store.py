@@ -19,6 +19,8 @@ import attrs
 from streamfold.statemachine import TERMINAL_EVENT_TYPES, Event, StreamfoldError
 from streamfold.statemachine._accel import event_rows, last_of_kinds, rows_numbered
 
+from ._conversation_store import MemoryConversations
+
 __all__ = [
     "LIFECYCLE_EVENT_TYPES",
     "RECORD_DATA",
@@ -195,10 +197,11 @@ class ApprovalStore(Protocol):
         response that answered it first."""
 
 
-class MemoryEventStore:
+class MemoryEventStore(MemoryConversations):
     """Logs in a dict: for tests, and servers that need nothing to survive a restart."""
 
     def __init__(self) -> None:
+        super().__init__()
         self._logs: dict[str, list[EventRecord]] = {}
         self._snapshots: dict[str, StoredResponse] = {}
         self._inputs: dict[str, str] = {}
@@ -223,6 +226,8 @@ class MemoryEventStore:
         snapshot = advance(response_id, self._snapshots.get(response_id), records, background)
         self._logs.setdefault(response_id, []).extend(records)
         self._snapshots[response_id] = snapshot
+        if snapshot.finished:
+            self._response_ended(response_id, snapshot.event)
 
     async def read(
         self, response_id: str, after: int = -1, *, limit: int | None = None
@@ -239,6 +244,7 @@ class MemoryEventStore:
         self._snapshots.pop(response_id, None)
         self._inputs.pop(response_id, None)
         self._owners.pop(response_id, None)
+        self._response_deleted(response_id)
 
     async def save_input(self, response_id: str, items: str) -> None:
         self._inputs[response_id] = items

@@ -311,7 +311,7 @@ def test_sqlite_store_refuses_a_file_of_a_newer_layout(tmp_path: Path) -> None:
     path = tmp_path / "new.sqlite3"
     SQLiteEventStore(path).close()
     db = sqlite3.connect(path, isolation_level=None)
-    db.execute("PRAGMA user_version=2")
+    db.execute("PRAGMA user_version=3")
     db.close()
     with pytest.raises(StoreError, match="newer streamfold"):
         SQLiteEventStore(path)
