@@ -356,7 +356,7 @@ def parse_item(item: Any, *, param: str) -> InputItem:
     """One input item a request sends outside `input` (a conversation's `items`); raises
     `RequestError` naming the first bad field under `param` (`items[2].role`)."""
     try:
-        structured: InputItem = _converter.structure(item, InputItem)
+        structured: InputItem = _converter.structure(item, InputItem)  # type: ignore[arg-type]
     except cattrs.BaseValidationError as exc:
         first = cattrs.transform_error(exc, format_exception=_format)[0]
         message, _, path = first.rpartition(" @ ")
