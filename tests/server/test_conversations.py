@@ -517,3 +517,30 @@ def test_sqlite_store_upgrades_a_file_of_layout_1(tmp_path: Path) -> None:
     reader = SQLiteEventStore(path, lock=False)
     assert anyio.run(reader.get_conversation, "conv_1") is not None
     reader.close()
+
+
+def test_a_conversation_belongs_to_the_key_that_made_it(tmp_path: Path) -> None:
+    """With API keys, a conversation is another key's 404 everywhere it is named by id, on
+    `POST /v1/responses` too (as a response is, `_guard.py`)."""
+    root = write_traces(tmp_path / "traces" / "chat", {"0": _turn(0), "1": _turn(1)}).parent
+    engine = ScriptedEngine(ReplayEngine(root))
+    app = create_app(
+        engine.engine(), store=SQLiteEventStore(tmp_path / "s.sqlite3"), api_keys=["key-a", "key-b"]
+    )
+    with serve(app) as url:
+        alice = openai.OpenAI(base_url=f"{url}/v1", api_key="key-a", max_retries=0)
+        bob = openai.OpenAI(base_url=f"{url}/v1", api_key="key-b", max_retries=0)
+        made = alice.conversations.create(items=[_user("secret")])
+        for call in (
+            lambda: bob.conversations.retrieve(made.id),
+            lambda: bob.conversations.items.list(made.id),
+            lambda: bob.conversations.items.create(made.id, items=[_user("x")]),
+            lambda: bob.conversations.update(made.id, metadata={"a": "b"}),
+            lambda: bob.conversations.delete(made.id),
+            lambda: bob.responses.create(model="chat", input="hi", conversation=made.id),
+        ):
+            with pytest.raises(openai.NotFoundError):
+                call()
+        reply = alice.responses.create(model="chat", input="hi", conversation=made.id)
+        assert reply.output_text == "Answer 0."
+        assert len(alice.conversations.items.list(made.id).data) == 4
