@@ -42,7 +42,6 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import operator
 from collections.abc import AsyncGenerator, AsyncIterator, Callable, Iterable, Iterator
 from typing import Any
 
@@ -380,17 +379,14 @@ class Generation:
         earlier events were added."""
         state = self.state
         assert state is not None  # set by _start
+        # The budget (see "Budget" above) without a look at every chunk on the fast path:
+        # chunks of at most one token each fit while there are no more of them than the room.
+        # Past that, or at the first chunk of several tokens, the rest is counted (and cut
+        # where it goes past the budget) once.
         limit = self._limit
-        if limit is not None:
-            room = limit - state.output_tokens
-            # The ready chunks' token count, without a Python loop per chunk (the fast path
-            # steps a one-token chunk in about 100 ns).
-            if len(ready) == 1:
-                over = len(ready[0].token_ids) > room
-            else:
-                over = sum(map(len, map(_token_ids, ready))) > room
-            if over:
-                ready = _within(ready, room)  # past the budget: the excess is not stepped
+        counted = limit is None
+        if limit is not None and len(ready) > limit - state.output_tokens:
+            ready, counted = _within(ready, limit - state.output_tokens), True
         taken = self.taken
         if step_ready is not None and type(ready) is not list:
             ready = list(ready)
@@ -404,6 +400,10 @@ class Generation:
                         taken += ready[first:i]  # text: no call ends in these
                     if i == end:
                         break
+                if not counted and len(ready[i].token_ids) > 1:
+                    assert limit is not None  # counted otherwise
+                    ready = ready[:i] + _within(ready[i:], limit - state.output_tokens)
+                    end, counted = len(ready), True
                 chunk = ready[i]
                 i += 1
                 # Only a last chunk carries it, and a last chunk never takes the C path above.
@@ -459,9 +459,6 @@ class Generation:
             if state.call is not None:
                 return state, True
         return state, False
-
-
-_token_ids = operator.attrgetter("token_ids")
 
 
 def _within(ready: list[TokenChunk], room: int) -> list[TokenChunk]:

@@ -15,17 +15,17 @@ from typing import Any
 import httpx
 import pytest
 
-from streamfold.adapters import VLLMTokenSource, engine_args
+from streamfold.adapters import SGLangTokenSource, VLLMTokenSource, engine_args
 from streamfold.adapters.driver import fold
 from streamfold.adapters.formats import ChatTemplateError, ChatTemplateFormat
 from streamfold.adapters.protocol import parse_create_request
-from streamfold.adapters.registry import ENGINES, EngineSetupError
+from streamfold.adapters.registry import ENGINES, Engine, EngineSetupError
 from streamfold.adapters.server import create_app
-from streamfold.engines import TokenChunk
+from streamfold.engines import GenerationRequest, TokenChunk
 from streamfold.statemachine import Response
 from tests.server.serving import serve
 
-from . import fakes_vllm
+from . import fakes_sglang, fakes_vllm
 from .chat_template_model import R1_OPENING, build_model_dir
 
 transformers = pytest.importorskip("transformers")
@@ -205,3 +205,56 @@ def test_chat_template_needs_a_local_model_directory(
 ) -> None:
     with pytest.raises(EngineSetupError, match="local model directory"):
         ENGINES["vllm"](vllm_args(tmp_path / "Qwen/Qwen3-8B"))
+
+
+def test_serve_sglang_with_chat_template_prompts_in_the_models_own_template(
+    monkeypatch: pytest.MonkeyPatch, model_dir: Path
+) -> None:
+    steps = [[t] for t in answer_ids(model_dir, "<think>\nHm.\n</think>\n\nSunny.<|im_end|>")]
+    script = fakes_sglang.Script(steps=steps)
+    engine = fakes_sglang.FakeSGLangEngine({}, default=script)
+    monkeypatch.setitem(
+        engine_args.ENGINE_BUILDERS, "sglang", lambda model, **options: SGLangTokenSource(engine)
+    )
+    real_find_spec = importlib.util.find_spec
+    monkeypatch.setattr(
+        importlib.util,
+        "find_spec",
+        lambda name, *rest: object() if name == "sglang" else real_find_spec(name, *rest),
+    )
+    served = ENGINES["sglang"](vllm_args(model_dir))
+    body, messages, tools = CONVERSATIONS["instructions"]
+    with serve(create_app(served)) as url:
+        reply = httpx.post(f"{url}/v1/responses", json={"model": "qwenish", **body}, timeout=30)
+    assert reply.status_code == 200, reply.text
+    [call] = engine.calls.values()
+    assert list(call["input_ids"]) == hf_prompt(model_dir, messages, tools)
+    assert reply.json()["output"][-1]["content"][0]["text"] == "Sunny."
+
+
+def test_create_app_with_a_think_tag_engine_sends_its_source_the_template_prompt(
+    model_dir: Path,
+) -> None:
+    """Bug: `create_app` with a think-tag engine sent its source a harmony prompt ("You are
+    ChatGPT...") and harmony's stop ids, silently; the engine now names its format."""
+    seen: list[GenerationRequest] = []
+    reply_ids = answer_ids(model_dir, "<think>\nOk.\n</think>\n\nThe answer is 42.<|im_end|>")
+
+    class Source:
+        async def generate(self, request: GenerationRequest) -> Any:
+            seen.append(request)
+            yield TokenChunk(token_ids=tuple(reply_ids), finish_reason="stop")
+
+    engine = Engine(source=Source(), format=ChatTemplateFormat(model_dir))
+    body, messages, tools = CONVERSATIONS["plain"]
+    with serve(create_app(engine)) as url:
+        reply = httpx.post(f"{url}/v1/responses", json={"model": "qwenish", **body}, timeout=30)
+    assert reply.status_code == 200, reply.text
+    [request] = seen
+    assert list(request.prompt_token_ids) == hf_prompt(model_dir, messages, tools)
+    tokenizer = transformers.AutoTokenizer.from_pretrained(str(model_dir))
+    stops = tokenizer.convert_ids_to_tokens(list(request.stop_token_ids))
+    assert stops == ["<|im_end|>", "<|endoftext|>"]
+    output = reply.json()["output"]
+    assert [item["type"] for item in output] == ["reasoning", "message"]
+    assert output[1]["content"][0]["text"] == "The answer is 42."

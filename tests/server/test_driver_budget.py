@@ -53,13 +53,54 @@ class Unbounded:
             self.closed = True
 
 
+class _Held:
+    """A stream whose chunks are all ready (`take_ready`): the driver steps them in batches,
+    the compiled path included."""
+
+    def __init__(self, chunks: list[TokenChunk], source: AllReady) -> None:
+        self.chunks = chunks
+        self.source = source
+
+    def __aiter__(self) -> _Held:
+        return self
+
+    async def __anext__(self) -> TokenChunk:
+        if not self.chunks:
+            raise StopAsyncIteration
+        return self.chunks.pop(0)
+
+    def take_ready(self, limit: int) -> list[TokenChunk]:
+        taken, self.chunks = self.chunks[:limit], self.chunks[limit:]
+        return taken
+
+    async def aclose(self) -> None:
+        self.source.closed = True
+
+
+class AllReady:
+    """A source that ignores the budget and holds all of its chunks ready, cut by `sizes`
+    (0-token chunks included)."""
+
+    def __init__(self, sizes: list[int]) -> None:
+        self.sizes = sizes
+        self.closed = False
+
+    def generate(self, request: GenerationRequest) -> _Held:
+        chunks, at = [], 0
+        for size in self.sizes:
+            chunks.append(TokenChunk(token_ids=TOKENS[at : at + size]))
+            at += size
+        chunks.append(TokenChunk(token_ids=TOKENS[at:], finish_reason="stop"))
+        return _Held(chunks, self)
+
+
 def generation(max_output_tokens: int | None) -> GenerationRequest:
     return GenerationRequest(
         request_id="resp_budget", prompt_token_ids=(1, 2), max_output_tokens=max_output_tokens
     )
 
 
-async def drive(source: Unbounded, budget: int | None) -> list:  # type: ignore[type-arg]
+async def drive(source: Unbounded | AllReady, budget: int | None) -> list:  # type: ignore[type-arg]
     grammar = grammar_for({"grammar": "harmony"})
     events = stream_events(source, generation(budget), grammar, RESPONSE)
     async with contextlib.aclosing(events):
@@ -90,6 +131,23 @@ def test_usage_never_exceeds_the_budget(per_chunk: int, budget: int) -> None:
     assert usage.output_tokens == min(budget, len(TOKENS))
     expected = "response.completed" if budget >= len(TOKENS) else "response.incomplete"
     assert events[-1].type == expected
+    assert_conformant(events)
+
+
+@settings(max_examples=60, deadline=None)
+@given(sizes=st.lists(st.integers(0, 5), max_size=40), budget=st.integers(0, 130))
+def test_batches_of_ready_chunks_of_any_size_are_cut_at_the_budget(
+    sizes: list[int], budget: int
+) -> None:
+    """The same through the batched path (the compiled `step_ready` on one-token chunks, the
+    Python path on the others): no token past the budget, whatever the chunk sizes."""
+    import anyio
+
+    source = AllReady(sizes)
+    events = anyio.run(drive, source, budget)  # type: ignore[arg-type]
+    assert events[-1].response.usage.output_tokens == min(budget, len(TOKENS))
+    if budget < len(TOKENS):
+        assert events[-1].type == "response.incomplete"
     assert_conformant(events)
 
 
