@@ -39,6 +39,9 @@ __all__ = ["OWNER", "Guard", "OwnedStore", "key_hash"]
 #: The hash of the API key the current request carries (None: no keys, or the server itself).
 OWNER: contextvars.ContextVar[str | None] = contextvars.ContextVar("streamfold_owner", default=None)
 
+#: Owners of responses made and not yet written, kept at most (see `OwnedStore`).
+PENDING_KEPT = 100_000
+
 _BY_ID = re.compile(r"^/v1/responses/([^/]+)(?:/(?:input_items|cancel))?/?$")
 
 
@@ -56,8 +59,12 @@ class OwnedStore:
     def __init__(self, inner: EventStore, new_id: Callable[[], str]) -> None:
         self.inner = inner
         self._new_id = new_id
-        self._pending: dict[str, str] = {}  # made, not yet written to the store
-        self._owners: dict[str, str] = {}  # read or written already
+        # Made, not yet written to the store (a `store: false` response never is: the oldest
+        # are dropped past PENDING_KEPT, long after such a response has ended).
+        self._pending: dict[str, str] = {}
+        # Only for a store that cannot keep owners itself (no `set_owner`): kept here.
+        self._owners: dict[str, str] = {}
+        self._keeps = callable(getattr(inner, "set_owner", None))
 
     def __getattr__(self, name: str) -> Any:  # what the wrapper adds nothing to
         return getattr(self.inner, name)
@@ -67,18 +74,16 @@ class OwnedStore:
         owner = OWNER.get()
         if owner is not None:
             self._pending[response_id] = owner
+            while len(self._pending) > PENDING_KEPT:
+                self._pending.pop(next(iter(self._pending)))
         return response_id
 
     async def owner_of(self, response_id: str) -> str | None:
         if response_id in self._pending:
             return self._pending[response_id]
-        if response_id not in self._owners:
-            getter = getattr(self.inner, "owner_of", None)
-            found = await getter(response_id) if getter is not None else None
-            if found is None:
-                return None
-            self._owners[response_id] = found
-        return self._owners[response_id]
+        if self._keeps:
+            return await self.inner.owner_of(response_id)  # type: ignore[attr-defined, no-any-return]
+        return self._owners.get(response_id)
 
     async def visible(self, response_id: str) -> bool:
         owner = OWNER.get()
@@ -86,10 +91,11 @@ class OwnedStore:
 
     async def _written(self, response_id: str) -> None:
         owner = self._pending.pop(response_id, None)
-        if owner is not None:
-            setter = getattr(self.inner, "set_owner", None)
-            if setter is not None:
-                await setter(response_id, owner)
+        if owner is None:
+            return
+        if self._keeps:
+            await self.inner.set_owner(response_id, owner)  # type: ignore[attr-defined]
+        else:
             self._owners[response_id] = owner
 
     async def append(self, response_id: str, records: Any, *, background: bool = False) -> None:
