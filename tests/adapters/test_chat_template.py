@@ -258,3 +258,33 @@ def test_create_app_with_a_think_tag_engine_sends_its_source_the_template_prompt
     output = reply.json()["output"]
     assert [item["type"] for item in output] == ["reasoning", "message"]
     assert output[1]["content"][0]["text"] == "The answer is 42."
+
+
+def test_a_large_prompt_renders_in_a_worker_process_alike(model_dir: Path) -> None:
+    """Past `inline_render_bytes` the server renders in a worker process, which gets the
+    format pickled and loads the tokenizer itself: the same prompt."""
+    from streamfold.adapters.limits import ServerLimits
+
+    seen: list[GenerationRequest] = []
+
+    class Source:
+        async def generate(self, request: GenerationRequest) -> Any:
+            seen.append(request)
+            yield TokenChunk(token_ids=tuple(answer_ids(model_dir, "Hi.")), finish_reason="stop")
+
+    text = "What is the weather in Paris? " * 40
+    engine = Engine(source=Source(), format=ChatTemplateFormat(model_dir))
+    app = create_app(engine, limits=ServerLimits(inline_render_bytes=64))
+    with serve(app) as url:
+        reply = httpx.post(
+            f"{url}/v1/responses", json={"model": "qwenish", "input": text}, timeout=60
+        )
+    assert reply.status_code == 200, reply.text
+    expected = hf_prompt(model_dir, [{"role": "user", "content": text}], None)
+    assert list(seen[0].prompt_token_ids) == expected
+
+
+def test_server_side_tools_are_refused_saying_they_are_harmony_only(model_dir: Path) -> None:
+    request = parse_create_request({"model": "qwenish", "input": "Hi"})
+    with pytest.raises(ChatTemplateError, match="harmony models only"):
+        ChatTemplateFormat(model_dir).render(request, namespaces=[object()])
