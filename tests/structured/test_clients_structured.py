@@ -236,3 +236,25 @@ def test_the_vercel_ai_sdk_gets_a_valid_object(url: str, case: str) -> None:
 
     seen = run_node("vercel.mjs", case, f"{url}/v1")
     Pet.model_validate(seen["object"])
+
+
+@pytest.mark.parametrize("mode", ["tool", "native"])
+def test_pydantic_ai_gets_a_valid_pet_in_its_enforceable_output_modes(url: str, mode: str) -> None:
+    """pydantic-ai's `ToolOutput` (its default: a `final_result` tool with `tool_choice:
+    "required"`) and `NativeOutput` (`json_schema`) get a valid Pet. (`PromptedOutput` sends
+    `json_object` with the schema only in the instructions: what is enforced is "a JSON
+    object", which on random weights never closes inside a budget; docs/structured-outputs.md.)"""
+    pydantic_ai = pytest.importorskip("pydantic_ai")
+    from pydantic_ai.models.openai import OpenAIResponsesModel
+    from pydantic_ai.profiles.openai import OpenAIModelProfile
+    from pydantic_ai.providers.openai import OpenAIProvider
+
+    output = {"tool": pydantic_ai.ToolOutput(Pet), "native": pydantic_ai.NativeOutput(Pet)}[mode]
+    model = OpenAIResponsesModel(
+        "tiny",
+        provider=OpenAIProvider(base_url=f"{url}/v1", api_key="x"),
+        profile=OpenAIModelProfile(supports_json_object_output=True),
+    )
+    agent = pydantic_ai.Agent(model, output_type=output, retries=0)
+    result = agent.run_sync("A pet, please.", model_settings={"max_tokens": 300})
+    assert isinstance(result.output, Pet)
