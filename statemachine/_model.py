@@ -15,6 +15,7 @@ from typing import Literal
 import attrs
 
 from ._controls import (
+    TextConfig,
     ToolChoiceAllowed,
     ToolChoiceCustom,
     ToolChoiceHosted,
@@ -477,7 +478,7 @@ class NamespaceTool:
 
 #: A tool as the Response echoes it: the client-side tools the model may call, and any other
 #: tool of the request (hosted, MCP) as the JSON object it was sent as.
-ResponseTool = FunctionTool | CustomTool | NamespaceTool
+ResponseTool = FunctionTool | CustomTool | NamespaceTool | dict[str, object]
 
 
 @attrs.frozen(kw_only=True)
@@ -540,3 +541,14 @@ class Response:
     previous_response_id: str | None = None
     completed_at: int | None = None
     conversation: ConversationRef | None = None
+    # What else the request asked, echoed as the API echoes it (openai `Response`).
+    text: TextConfig = attrs.field(factory=TextConfig)
+    store: bool = True
+    max_tool_calls: int | None = None
+    top_logprobs: int = 0
+    truncation: Literal["auto", "disabled"] = "disabled"
+    service_tier: Literal["auto", "default", "flex", "scale", "priority"] = "default"
+    prompt_cache_key: str | None = None
+    prompt_cache_retention: Literal["in_memory", "24h"] | None = None
+    safety_identifier: str | None = None
+    user: str | None = None

@@ -176,13 +176,25 @@ for _union, _what in (
     (m.WebSearchAction, "web search action"),
     (m.McpCallError, "MCP call error"),
     (c.TextFormat, "text format"),
-    (m.ResponseTool, "tool"),
     (m.FunctionTool | m.CustomTool, "namespace tool"),
     (m.CustomToolFormat, "custom tool format"),
     (Event, "event"),
 ):
     _tagged_union(_union, _what)
 _exactly(get_type_hints(m.Response)["tool_choice"], _tool_choice)
+_CLIENT_TOOLS = {"function": m.FunctionTool, "custom": m.CustomTool, "namespace": m.NamespaceTool}
+
+
+def _response_tool(value: Any, _: Any) -> Any:
+    # The client's tools as values (the grammar routes calls by them); any other tool of the
+    # request (MCP, hosted) as the object it was echoed as.
+    if not isinstance(value, Mapping):
+        raise TypeError(f"expected an object, got {json_type(value)}")
+    cls = _CLIENT_TOOLS.get(str(value.get("type")))
+    return dict(value) if cls is None else _converter.structure(value, cls)
+
+
+_exactly(m.ResponseTool, _response_tool)
 
 
 def _tool_error(value: Any, _: Any) -> Any:

@@ -182,9 +182,15 @@ class Writers:
                 by_class[member] = self._nested(member)
             elif member in _SCALARS:
                 by_class[member] = _SCALARS[member]
+            elif typing.get_origin(member) is dict:  # an echoed JSON object (`ResponseTool`)
+                by_class[dict] = self._encoded(member)
             # any other member (a non-str Literal) defers: the generic path writes it
         get = by_class.get
         return lambda v: (get(v.__class__) or _defer)(v)
+
+    def _encoded(self, tp: Any) -> Writer:
+        hook = self._hook(tp)
+        return lambda v: _encode(hook(v))
 
     def _sequence(self, element: Any) -> Writer:
         write = self._function(element)

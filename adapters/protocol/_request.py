@@ -6,7 +6,7 @@ The request shapes follow the Responses API (openai-python `response_create_para
 a string or a list of items (messages with string or `input_text`/`output_text` content,
 `function_call`, `function_call_output`, `reasoning`), tools are function tools. `include`
 and `top_logprobs` ask for logprobs. Unknown top-level fields are ignored, as clients send
-options this server does not act on (`user`, `text`, ...); a value of the wrong type is refused
+options this server does not act on (`client_metadata`, ...); a value of the wrong type is refused
 with the OpenAI error JSON naming the field in `param`. `previous_response_id` is read here and
 resolved by the server against its store (`server/_conversation.py`). Server-side tools
 (`mcp`, `web_search_preview`, `code_interpreter`) and the agent loop's input items are typed in
@@ -105,6 +105,14 @@ class CreateRequest:
     top_logprobs: int | None = None
     #: What the answer's text must be (`text.format`); None: free text.
     text: TextConfig | None = None
+    #: `auto` drops the oldest input items until the prompt fits; `disabled` refuses (400).
+    truncation: Literal["auto", "disabled"] | None = None
+    # Accepted and echoed on the Response; nothing here acts on them.
+    user: str | None = None
+    safety_identifier: str | None = None
+    prompt_cache_key: str | None = None
+    prompt_cache_retention: Literal["in_memory", "24h"] | None = None
+    service_tier: Literal["auto", "default", "flex", "scale", "priority"] | None = None
 
     @property
     def function_tools(self) -> tuple[FunctionTool, ...]:

@@ -35,6 +35,7 @@ from ._approvals import check_approvals
 from ._conversation import earlier_conversation, saved_input
 from ._conversation_store import ItemRow
 from ._conversations import conversation_id_of, replayed_items, stored_items
+from ._echo import echoed
 from ._limits import ServerLimits, check_body
 from ._reasoning_keys import ReasoningKeys, open_reasoning
 from ._references import resolve_references
@@ -175,7 +176,6 @@ async def prepare(
         status="in_progress",
         parallel_tool_calls=request.parallel_tool_calls,
         tool_choice=request.tool_choice,
-        tools=request.client_tools,
         instructions=request.instructions,
         metadata=request.metadata,
         temperature=sampling.temperature,
@@ -185,6 +185,7 @@ async def prepare(
         background=bool(request.background),
         previous_response_id=request.previous_response_id,
         conversation=None if conversation is None else ConversationRef(id=conversation),
+        **echoed(request, body),
     )
     generation = GenerationRequest(
         request_id=response_id,

@@ -245,7 +245,8 @@ class HarmonyGrammar:
 
     def _route(self, state: ResponseState, header: Header) -> Route:
         recipient = header.recipient
-        offered = state.response.tools or state.server_tools
+        # Echoed tools the server does not run (dicts) offer the model nothing to call.
+        offered = state.server_tools or any(type(t) is not dict for t in state.response.tools)
         if self.ignore_recipients_without_tools and not offered:
             recipient = None
         if recipient is not None:
