@@ -244,7 +244,16 @@ def _without_logprobs(chunks: AsyncIterator[TokenChunk]) -> AsyncIterator[TokenC
     return _WithoutLogprobs(chunks)
 
 
+def _harmony_only(args: argparse.Namespace, engine: str) -> None:
+    if getattr(args, "chat_format", "harmony") != "harmony":
+        raise EngineSetupError(
+            f"--engine {engine} serves gpt-oss (harmony) only; --chat-format chat-template is "
+            "for --engine vllm or sglang"
+        )
+
+
 def replay_engine(args: argparse.Namespace) -> Engine:
+    _harmony_only(args, "replay")
     directory = getattr(args, "traces", None) or bundled_traces_dir()
     return ReplayEngine(directory, delay=getattr(args, "replay_delay", 0.0)).engine()
 
@@ -312,6 +321,7 @@ def native_engine_options(args: argparse.Namespace) -> dict[str, Any]:
 
 def native_engine(args: argparse.Namespace) -> Engine:
     """The native gpt-oss engine on `--model DIR` (a checkpoint; `streamfold init-model`)."""
+    _harmony_only(args, "native")
     from streamfold.engines.native import build_native_engine
 
     model = getattr(args, "model", None)

@@ -184,6 +184,15 @@ def run_record(args: argparse.Namespace) -> int:
     from streamfold.engines import GenerationRequest, SamplingParams
     from streamfold.statemachine import StreamfoldError
 
+    if getattr(args, "chat_format", "harmony") != "harmony":
+        # A recording is a harmony trace (its prompt, its header); think-tag models are
+        # served with their chat template (`serve --chat-format chat-template`), not recorded.
+        print(
+            "streamfold record: --chat-format chat-template is for `streamfold serve`; record "
+            "records gpt-oss (harmony) traces",
+            file=sys.stderr,
+        )
+        return 2
     if args.engine == "native":
         from streamfold.engines._extras import missing_torch_extra
 

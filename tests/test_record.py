@@ -63,3 +63,27 @@ def test_record_rejects_bad_prompt_token_ids(
     )
     assert code == 2
     assert "--prompt-token-ids must be comma-separated integers" in capsys.readouterr().err
+
+
+def test_record_refuses_chat_template_saying_it_is_for_serve(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`--chat-format` is an engine option `record` shares with `serve`; a recording is a
+    harmony trace, so a think-tag model is refused rather than prompted as harmony."""
+    code = main(
+        [
+            "record",
+            "--engine",
+            "replay",
+            "--model",
+            "hello",
+            "--chat-format",
+            "chat-template",
+            "--prompt",
+            "hi",
+            "-o",
+            str(tmp_path / "t.jsonl"),
+        ]
+    )
+    assert code == 2
+    assert "--chat-format chat-template is for `streamfold serve`" in capsys.readouterr().err

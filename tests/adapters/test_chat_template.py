@@ -288,3 +288,10 @@ def test_server_side_tools_are_refused_saying_they_are_harmony_only(model_dir: P
     request = parse_create_request({"model": "qwenish", "input": "Hi"})
     with pytest.raises(ChatTemplateError, match="harmony models only"):
         ChatTemplateFormat(model_dir).render(request, namespaces=[object()])
+
+
+@pytest.mark.parametrize("engine", ["replay", "native"])
+def test_gpt_oss_engines_refuse_chat_template(engine: str) -> None:
+    args = argparse.Namespace(model="x", chat_format="chat-template", traces=None)
+    with pytest.raises(EngineSetupError, match="--engine vllm or sglang"):
+        ENGINES[engine](args)
