@@ -247,12 +247,16 @@ class ResponseService:
                 log.error("response %s: its partial log could not be deleted (%s)", run.id, exc)
         return records
 
-    async def _save_input(self, store: InputStore, run: Run, prepared: Prepared) -> None:
+    async def _save_input(self, run: Run, prepared: Prepared) -> None:
+        """Before its first event: what the store keeps of a logged run's input (for
+        `previous_response_id`), and the conversation it appends to when it ends."""
+        conversations = self._conversation_store
         try:
             with anyio.CancelScope(shield=True):
-                await store.save_input(run.id, json.dumps(prepared.saved_input))
-                if prepared.conversation_id is not None and self._conversation_store is not None:
-                    await self._conversation_store.bind_conversation(
+                if self._input_store is not None:
+                    await self._input_store.save_input(run.id, json.dumps(prepared.saved_input))
+                if prepared.conversation_id is not None and conversations is not None:
+                    await conversations.bind_conversation(
                         run.id, prepared.conversation_id, prepared.conversation_input
                     )
         except Exception as exc:
@@ -271,8 +275,8 @@ class ResponseService:
             after_call=prepared.after_call,
         )
         try:
-            if run.logged and self._input_store is not None:
-                await self._save_input(self._input_store, run, prepared)
+            if run.logged:
+                await self._save_input(run, prepared)
             if ENCRYPTED_INCLUDE in prepared.request.include:
                 self._sealing[run.id] = {}
             async with contextlib.aclosing(generation.batches()) as batches:

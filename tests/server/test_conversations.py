@@ -9,6 +9,7 @@ the prompt held. Both stores serve every test (memory, SQLite). The peer bugs of
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -544,3 +545,28 @@ def test_a_conversation_belongs_to_the_key_that_made_it(tmp_path: Path) -> None:
         reply = alice.responses.create(model="chat", input="hi", conversation=made.id)
         assert reply.output_text == "Answer 0."
         assert len(alice.conversations.items.list(made.id).data) == 4
+
+
+def test_conversation_over_websocket_and_in_the_background(served: Served) -> None:
+    """`conversation` works wherever a response is created: a WebSocket `response.create`
+    (the events are the same; the items are appended as over HTTP) and `background: true`."""
+    client = served.client
+    conversation = client.conversations.create(items=[_user("Question 0")])
+    with client.responses.connect() as connection:
+        connection.response.create(model="chat", input="Go on", conversation=conversation.id)
+        for event in connection:
+            if event.type in ("response.completed", "response.failed", "error"):
+                break
+    assert event.type == "response.completed", event
+    assert event.response.output_text == "Answer 0."
+    assert event.response.conversation is not None
+    assert event.response.conversation.id == conversation.id
+    background = client.responses.create(
+        model="chat", input="Question 1", conversation=conversation.id, background=True
+    )
+    for _ in range(200):
+        if client.responses.retrieve(background.id).status == "completed":
+            break
+        time.sleep(0.05)
+    assert client.responses.retrieve(background.id).output_text == "Answer 1."
+    assert len(client.conversations.items.list(conversation.id).data) == 7
