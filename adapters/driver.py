@@ -463,12 +463,15 @@ class Generation:
 
 def _within(ready: list[TokenChunk], room: int) -> list[TokenChunk]:
     """The chunks of `ready` up to `room` tokens, the last cut there and finishing `length`
-    (the chunks after it dropped)."""
+    (the chunks after it dropped; the prefix cache count a dropped last chunk carried is kept
+    on the cut one)."""
     kept: list[TokenChunk] = []
-    for chunk in ready:
+    for at, chunk in enumerate(ready):
         count = len(chunk.token_ids)
         if count > room:
-            kept.append(attrs.evolve(_head(chunk, room), finish_reason="length"))
+            cached = sum(c.cached_tokens for c in ready[at:])
+            cut = attrs.evolve(_head(chunk, room), finish_reason="length", cached_tokens=cached)
+            kept.append(cut)
             return kept
         kept.append(chunk)
         room -= count

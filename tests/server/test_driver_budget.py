@@ -90,7 +90,7 @@ class AllReady:
         for size in self.sizes:
             chunks.append(TokenChunk(token_ids=TOKENS[at : at + size]))
             at += size
-        chunks.append(TokenChunk(token_ids=TOKENS[at:], finish_reason="stop"))
+        chunks.append(TokenChunk(token_ids=TOKENS[at:], finish_reason="stop", cached_tokens=2))
         return _Held(chunks, self)
 
 
@@ -145,7 +145,10 @@ def test_batches_of_ready_chunks_of_any_size_are_cut_at_the_budget(
 
     source = AllReady(sizes)
     events = anyio.run(drive, source, budget)  # type: ignore[arg-type]
-    assert events[-1].response.usage.output_tokens == min(budget, len(TOKENS))
+    usage = events[-1].response.usage
+    assert usage.output_tokens == min(budget, len(TOKENS))
+    # The prefix cache count the source put on its (dropped) last chunk is kept.
+    assert usage.input_tokens_details.cached_tokens == 2
     if budget < len(TOKENS):
         assert events[-1].type == "response.incomplete"
     assert_conformant(events)
