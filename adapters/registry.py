@@ -12,7 +12,7 @@ from __future__ import annotations
 import argparse
 import functools
 import importlib.util
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from importlib import resources
 from pathlib import Path
 from typing import Any
@@ -91,6 +91,8 @@ class Engine:
     load: Callable[[], Awaitable[object]] | None = None
     max_output_tokens: int | None = None
     enforces_constraints: bool = False
+    #: The model names it serves, for `GET /v1/models`; None: it names none.
+    models: Callable[[], Sequence[str]] | None = None
 
 
 class NotAnEngineError(StreamfoldError, TypeError):
@@ -203,7 +205,7 @@ class ReplayEngine:
         """Prompts are rendered as harmony whatever a trace's grammar: a replayed trace does
         not read its prompt, but for a conversation directory's turn, read from the harmony
         prompt (`replay_turns.py`)."""
-        return Engine(source=self, format=HARMONY, grammar=self.grammar)
+        return Engine(source=self, format=HARMONY, grammar=self.grammar, models=self.models)
 
 
 async def _fail(message: str) -> AsyncIterator[TokenChunk]:
@@ -285,7 +287,11 @@ def _gpu_engine(name: str) -> EngineFactory:
         # They enforce a request's grammar through their llguidance backends (vLLM: the
         # guidance structured-outputs backend; SGLang: `--grammar-backend llguidance`).
         return Engine(
-            source=source, format=chat_format, load=source.load, enforces_constraints=True
+            source=source,
+            format=chat_format,
+            load=source.load,
+            enforces_constraints=True,
+            models=lambda: (model,),
         )
 
     return factory
@@ -345,6 +351,7 @@ def native_engine(args: argparse.Namespace) -> Engine:
         warm_up=engine.warm_up,
         max_output_tokens=NATIVE_MAX_OUTPUT_TOKENS if cap is None else (cap or None),
         enforces_constraints=True,
+        models=lambda: (model,),
     )
 
 

@@ -28,6 +28,7 @@ from ._conversations import Conversations
 from ._guard import Guard, OwnedStore
 from ._input_items import DEFAULT_LIMIT
 from ._limits import MAX_SAFE_INTEGER, ServerLimits, body_within, decode_body, shown
+from ._models import list_models, retrieve_model
 from ._prepare import Prepared, new_response_id
 from ._readiness import Readiness, health
 from ._reasoning_keys import ReasoningKeys
@@ -241,6 +242,8 @@ def create_app(
             Route("/v1/responses/{response_id}/input_items", list_input_items, methods=["GET"]),
             Route("/v1/responses/{response_id}/cancel", cancel_response, methods=["POST"]),
             *conversation_routes(),
+            Route("/v1/models", list_models, methods=["GET"]),
+            Route("/v1/models/{model_id:path}", retrieve_model, methods=["GET"]),
             Route("/health", health, methods=["GET"]),
         ],
         exception_handlers={

@@ -101,6 +101,7 @@ class ResponseService:
         reasoning_keys: ReasoningKeys | None = None,
     ) -> None:
         self.engine = engine
+        self.started_at = int(clock())  # the `created` of the models it lists (`_models.py`)
         #: Seal and open reasoning items' `encrypted_content` (`_reasoning_keys.py`).
         self.reasoning_keys = (
             reasoning_keys if reasoning_keys is not None else ReasoningKeys.from_environment()
