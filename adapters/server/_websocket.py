@@ -32,6 +32,7 @@ from typing import Any
 import anyio
 from anyio.abc import TaskGroup
 from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
+from starlette.types import Receive, Scope, Send
 from starlette.websockets import WebSocket, WebSocketDisconnect
 
 from streamfold.adapters.driver import Generation
@@ -62,16 +63,25 @@ def socket_error(exc: RequestError, lane: str | None = None) -> dict[str, Any]:
     return message if lane is None else {**message, "stream_id": lane}
 
 
-async def responses_socket(websocket: WebSocket) -> None:
-    """The `/v1/responses` WebSocket endpoint (see the module docstring)."""
-    await websocket.accept()
-    await _Connection(websocket.app.state.streamfold, websocket).serve()
+class _Endpoint:
+    """The `/v1/responses` WebSocket endpoint (see the module docstring), an ASGI app: events
+    go out through the server's own `send`, one message each, without starlette's wrapper
+    (checks and a coroutine more per event)."""
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        websocket = WebSocket(scope, receive, send)
+        await websocket.accept()
+        await _Connection(websocket.app.state.streamfold, websocket, send).serve()
+
+
+responses_socket = _Endpoint()
 
 
 class _Connection:
-    def __init__(self, service: ResponseService, websocket: WebSocket) -> None:
+    def __init__(self, service: ResponseService, websocket: WebSocket, send: Send) -> None:
         self.service = service
         self.websocket = websocket
+        self.send = send
         self.lanes: dict[str | None, MemoryObjectSendStream[Create]] = {}
         self.recent: OrderedDict[str, list[Any]] = OrderedDict()
 
@@ -134,8 +144,7 @@ class _Connection:
         if generate:
             async with contextlib.aclosing(self.service.stream(prepared)) as batches:
                 async for batch in batches:
-                    for record in batch.records:
-                        await self._send_record(record, suffix)
+                    await self._send_records(batch.records, suffix)
                     last = batch.records[-1] if batch.records else last
         else:  # a warm-up: opened and completed at once, with no output, and not logged
             generation = Generation(
@@ -145,9 +154,9 @@ class _Connection:
                 prepared.response,
                 clock=self.service.clock,
             )
-            for record in records_of(generation.close("stop")):
-                await self._send_record(record, suffix)
-                last = record
+            records = records_of(generation.close("stop"))
+            await self._send_records(records, suffix)
+            last = records[-1]
         if last is not None and last.terminal:
             self._remember(prepared, json.loads(last.data)["response"], stored=generate)
 
@@ -160,12 +169,18 @@ class _Connection:
         while len(self.recent) > RECENT:
             self.recent.popitem(last=False)
 
-    async def _send_record(self, record: EventRecord, suffix: str) -> None:
-        data = record.data if not suffix else record.data[:-1] + suffix
-        await self.websocket.send_text(data)
+    async def _send_records(self, records: list[EventRecord], suffix: str) -> None:
+        """One text message per event (with the lane's `stream_id`, when it has one)."""
+        send = self.send
+        if suffix:
+            for record in records:
+                await send({"type": "websocket.send", "text": record.data[:-1] + suffix})
+        else:
+            for record in records:
+                await send({"type": "websocket.send", "text": record.data})
 
     async def _send_json(self, message: dict[str, Any]) -> None:
-        await self.websocket.send_text(json.dumps(message))
+        await self.send({"type": "websocket.send", "text": json.dumps(message)})
 
 
 def _create_of(text: str, limits: ServerLimits) -> tuple[str | None, Create]:
