@@ -10,8 +10,9 @@ to a block, each because the test shares a machine:
   fresh-venv test (tests/test_fresh_install.py) run them, and `.venv/bin/` is this interpreter's
   directory (activating `.venv`, `source .venv/bin/activate`, is dropped the same way);
 * `/tmp/` is a private temporary directory and port 8000 a free port;
-* a block that talks to `localhost:8000` without starting a server gets a replay server started
-  by the test, and a foreground `streamfold serve` line is started, answered once, and stopped;
+* a block (sh or python) that talks to port 8000 without starting a server gets a replay server
+  started by the test, and a foreground `streamfold serve` line is started, answered once, and
+  stopped;
 * a block whose install step names an extra this environment lacks (CI installs
   `dev,torch,server`) is skipped, saying which;
 * a block right after a `<!-- not-run: REASON -->` line is skipped with that reason (a GPU
@@ -23,6 +24,7 @@ A block that runs the test suite itself (`pytest`) is not run inside it: the tes
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import signal
@@ -30,6 +32,7 @@ import socket
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -203,15 +206,17 @@ def test_readme_block_runs_as_written(
     if lang == "python":
         work = tmp_path / "work"
         work.mkdir()
-        run = subprocess.run(
-            [sys.executable, "-"],
-            input=code,
-            cwd=work,
-            env=env,
-            capture_output=True,
-            text=True,
-            timeout=600,
-        )
+        port = free_port()
+        with _replay_server(code, port, env):
+            run = subprocess.run(
+                [sys.executable, "-"],
+                input=code.replace("8000", str(port)),
+                cwd=work,
+                env=env,
+                capture_output=True,
+                text=True,
+                timeout=600,
+            )
         assert run.returncode == 0, run.stderr[-3000:]
         assert run.stdout.strip(), "a README snippet should show the reader something"
         return
@@ -225,20 +230,33 @@ def test_readme_block_runs_as_written(
     if missing:
         pytest.skip(f"the block installs extras this environment lacks: {missing}")
     port = free_port()
-    server = None
-    if "8000" in code and "streamfold serve" not in code:
-        server = subprocess.Popen(
-            [str(BIN / "streamfold"), "serve", "--port", str(port), "--store", ":memory:"],
-            env=env,
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
-            start_new_session=True,
-        )
-        try:
-            _wait_for_port(port, server)
-        except AssertionError:
-            os.killpg(server.pid, signal.SIGTERM)
-            raise
+    with _replay_server(code, port, env):
+        _run_shell(code, tmp_path, port, env)
+
+
+@contextlib.contextmanager
+def _replay_server(code: str, port: int, env: dict[str, str]) -> Iterator[None]:
+    """A replay server on `port` while the block runs, when it talks to port 8000 without
+    starting a server of its own."""
+    if "8000" not in code or "streamfold serve" in code:
+        yield
+        return
+    server = subprocess.Popen(
+        [str(BIN / "streamfold"), "serve", "--port", str(port), "--store", ":memory:"],
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+    )
+    try:
+        _wait_for_port(port, server)
+        yield
+    finally:
+        os.killpg(server.pid, signal.SIGTERM)
+        server.wait(timeout=30)
+
+
+def _run_shell(code: str, tmp_path: Path, port: int, env: dict[str, str]) -> None:
     # Output to files, not pipes: a server the block leaves in the background would hold a
     # pipe open after the shell exits.
     out_path, err_path = tmp_path / "stdout", tmp_path / "stderr"
@@ -254,12 +272,10 @@ def test_readme_block_runs_as_written(
         try:
             shell.wait(timeout=600)
         finally:
-            for proc in (shell, server):  # and whatever the block left in the background
-                if proc is not None:
-                    try:
-                        os.killpg(proc.pid, signal.SIGTERM)
-                    except ProcessLookupError:
-                        pass
-                    proc.wait(timeout=30)
+            try:  # and whatever the block left in the background
+                os.killpg(shell.pid, signal.SIGTERM)
+            except ProcessLookupError:
+                pass
+            shell.wait(timeout=30)
     out, err = out_path.read_text(), err_path.read_text()
     assert shell.returncode == 0, f"{out[-2000:]}\n{err[-3000:]}"
