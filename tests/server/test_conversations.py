@@ -18,6 +18,8 @@ import attrs
 import httpx
 import openai
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from streamfold.adapters.registry import ReplayEngine
 from streamfold.adapters.server import MemoryEventStore, SQLiteEventStore, create_app
@@ -570,3 +572,73 @@ def test_conversation_over_websocket_and_in_the_background(served: Served) -> No
         time.sleep(0.05)
     assert client.responses.retrieve(background.id).output_text == "Answer 1."
     assert len(client.conversations.items.list(conversation.id).data) == 7
+
+
+def test_item_references_in_items_are_the_items_they_name(served: Served) -> None:
+    """An `item_reference` in `items` is stored as the item it names (smg supports them too);
+    one that names nothing is a 400 naming its position in `items`."""
+    client = served.client
+    earlier = client.responses.create(model="chat", input="Question 0")
+    message = earlier.output[-1]
+    conversation = client.conversations.create()
+    reference = {"type": "item_reference", "id": message.id}
+    client.conversations.items.create(conversation.id, items=[reference])  # type: ignore[list-item]
+    stored = client.conversations.items.retrieve(message.id, conversation_id=conversation.id)
+    assert stored.type == "message" and stored.content[0].text == "Answer 0."  # type: ignore[union-attr]
+    missing = served.raw(
+        "POST",
+        f"/conversations/{conversation.id}/items",
+        json={"items": [_user("x"), {"type": "item_reference", "id": "msg_nowhere_0"}]},
+    )
+    assert missing.status_code == 400 and missing.json()["error"]["param"] == "items[1].id"
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    count=st.integers(0, 45),
+    limit=st.integers(1, 100),
+    order=st.sampled_from(["asc", "desc"]),
+    deleted=st.sets(st.integers(0, 44), max_size=5),
+)
+def test_paging_walks_every_item_once_in_both_stores(
+    tmp_path_factory: pytest.TempPathFactory, count: int, limit: int, order: str, deleted: set[int]
+) -> None:
+    """Property: walking `after` cursors yields each item once, in order, in pages of at most
+    `limit`, `has_more` false exactly on the last page (memory and SQLite alike), also after
+    items were deleted from the middle."""
+    import anyio
+
+    from streamfold.adapters.server._conversation_store import StoredConversation
+
+    path = tmp_path_factory.mktemp("paging") / "s.sqlite3"
+
+    async def walk(store: Any) -> list[list[str]]:
+        rows = [(f"i{n}", json.dumps({"id": f"i{n}"})) for n in range(count)]
+        await store.create_conversation(StoredConversation(id="c", created_at=1), rows[:20])
+        for start in range(20, count, 20):
+            assert await store.add_conversation_items("c", rows[start : start + 20]) == []
+        for n in deleted:
+            await store.delete_conversation_item("c", f"i{n}")
+        pages: list[list[str]] = []
+        after = None
+        while True:
+            page = await store.conversation_items("c", after=after, limit=limit, order=order)
+            ids = [json.loads(text)["id"] for text in page.items]
+            assert len(ids) <= limit
+            pages.append(ids)
+            if not page.has_more:
+                return pages
+            assert len(ids) == limit
+            after = ids[-1]
+
+    sqlite = SQLiteEventStore(path)
+    try:
+        by_store = [anyio.run(walk, MemoryEventStore()), anyio.run(walk, sqlite)]
+    finally:
+        sqlite.close()
+    kept = [f"i{n}" for n in range(count) if n not in deleted]
+    expected = kept if order == "asc" else kept[::-1]
+    for pages in by_store:
+        assert [i for page in pages for i in page] == expected
+        assert all(pages[:-1]) and (pages[-1] or len(pages) == 1)
+    assert by_store[0] == by_store[1]
