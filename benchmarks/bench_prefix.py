@@ -121,7 +121,6 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         build_checkpoint(Path(tmp), args)
         model = GptOssModel.from_pretrained(tmp)
-    results = {cache: measure(model, args, cache) for cache in (False, True)}
     print(
         f"{args.conversations} conversations x {args.generations} generations, "
         f"{args.prefix}-token shared prefix, +{args.user} user, +{args.tool} per tool result, "
@@ -132,8 +131,10 @@ def main() -> None:
         " (min / median) | TTFT first gen ms (p50 / p90) | TTFT follow-ups ms (p50 / p90)"
         " | tokens/s | wall s | preemptions |"
     )
-    print("|---|---|---|---|---|---|---|---|---|")
-    for cache, r in results.items():
+    print("|---|---|---|---|---|---|---|---|---|", flush=True)
+    results = {}
+    for cache in (False, True):
+        r = results[cache] = measure(model, args, cache)
         later = [t for g, ts in r["ttft"].items() if g for t in ts]
         first = r["ttft"][0]
         served = r["served"] or [0.0]
@@ -141,7 +142,8 @@ def main() -> None:
             f"| {'on' if cache else 'off'} | {r['prefill']} | {r['cached']} "
             f"| {min(served):.1%} / {statistics.median(served):.1%} "
             f"| {_ms(first, 0.5)} / {_ms(first, 0.9)} | {_ms(later, 0.5)} / {_ms(later, 0.9)} "
-            f"| {r['produced'] / r['seconds']:.1f} | {r['seconds']:.1f} | {r['preemptions']} |"
+            f"| {r['produced'] / r['seconds']:.1f} | {r['seconds']:.1f} | {r['preemptions']} |",
+            flush=True,
         )
     off, on = results[False], results[True]
     off_later = statistics.median([t for g, ts in off["ttft"].items() if g for t in ts])
