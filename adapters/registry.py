@@ -131,7 +131,8 @@ def bundled_traces_dir() -> Path:
 class ReplayEngine:
     """Replays `DIR/<model>.jsonl` for a request whose model is `<model>`, or, when `DIR/<model>/`
     is a conversation directory (`0.jsonl`, `1.jsonl`, ...), the trace of the conversation's
-    turn, so a client's tool loop ends with the recorded answer (`replay_turns.py`).
+    turn, so a client's tool loop ends with the recorded answer (`replay_turns.py`). A turn's
+    header may list `prompt_contains`: texts its request's prompt must hold, else it fails.
 
     Traces are read once and kept; `delay` seconds pass before each chunk, to stand in for a
     real engine's pace.
@@ -194,6 +195,12 @@ class ReplayEngine:
                     f"the conversation is at turn {turn}, but {request.model!r} recorded "
                     f"{len(sources)} turn(s) (0-{len(sources) - 1}); start a new conversation"
                 )
+        lacking = _lacking(sources[turn].trace.header, request.prompt_token_ids, grammar)
+        if lacking is not None:
+            return _fail(
+                f"turn {turn} of {request.model!r} expects its prompt to hold {lacking!r} "
+                "(the trace header's prompt_contains), and it does not"
+            )
         chunks = sources[turn].generate(request)
         sampling = request.sampling
         if sampling.logprobs or sampling.top_logprobs or not with_logprobs[turn]:
@@ -206,6 +213,18 @@ class ReplayEngine:
         not read its prompt, but for a conversation directory's turn, read from the harmony
         prompt (`replay_turns.py`)."""
         return Engine(source=self, format=HARMONY, grammar=self.grammar, models=self.models)
+
+
+def _lacking(header: Any, prompt: Sequence[int], grammar: Grammar) -> str | None:
+    """The first of the trace header's `prompt_contains` texts the prompt lacks, or None: a
+    conversation turn can say what its request must have carried (a test's assertion that a
+    client sent the earlier turn's reasoning back, say), and fails the response if not."""
+    expected = header.get("prompt_contains") or ()
+    if not expected:
+        return None
+    vocabulary = grammar.vocabulary
+    text = b"".join(vocabulary.bytes_of(t) for t in prompt).decode("utf-8", "replace")
+    return next((want for want in expected if want not in text), None)
 
 
 async def _fail(message: str) -> AsyncIterator[TokenChunk]:

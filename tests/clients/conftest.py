@@ -47,7 +47,26 @@ BROKEN = "<|channel|>final<|message|>I will fail half way through this"
 BROKEN_ERROR = "the engine ran out of memory"
 
 
-def _write(path: Path, text: str, finish: str = "stop", error: str | None = None) -> None:
+#: Codex's shell loop (`codex exec`, tests/clients/test_codex.py): turn 0 reasons and calls
+#: its `exec_command` function; turn 1 must see that reasoning again (Codex keeps nothing on
+#: the server: store false, the reasoning comes back sealed) and the command's output.
+CODEX_THOUGHT = "I should run the command the user asked for and report its output."
+CODEX_CALL = (
+    f"<|channel|>analysis<|message|>{CODEX_THOUGHT}<|end|>"
+    "<|start|>assistant<|channel|>commentary to=functions.exec_command <|constrain|>json"
+    '<|message|>{"cmd":"echo streamfold-$((6*7))"}<|call|>'
+)
+CODEX_ANSWER = "<|channel|>final<|message|>The command printed streamfold-42.<|return|>"
+CODEX_FINAL = "The command printed streamfold-42."
+
+
+def _write(
+    path: Path,
+    text: str,
+    finish: str = "stop",
+    error: str | None = None,
+    prompt_contains: tuple[str, ...] = (),
+) -> None:
     ids = encode(text)
     # Every token carries a logprob, as an engine asked for them records; the server sends
     # them only to requests that include message.output_text.logprobs.
@@ -61,6 +80,8 @@ def _write(path: Path, text: str, finish: str = "stop", error: str | None = None
         "model": path.stem,
         "created_at": 1,
     }
+    if prompt_contains:
+        header["prompt_contains"] = list(prompt_contains)
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(dump_trace(header, chunks, finish, error), encoding="utf-8")  # type: ignore[arg-type]
 
@@ -70,6 +91,12 @@ def write_client_traces(root: Path) -> Path:
     _write(root / "weather" / "0.jsonl", WEATHER_CALL)
     _write(root / "weather" / "1.jsonl", WEATHER_ANSWER)
     _write(root / "broken.jsonl", BROKEN, finish="error", error=BROKEN_ERROR)
+    _write(root / "codex_shell" / "0.jsonl", CODEX_CALL)
+    _write(
+        root / "codex_shell" / "1.jsonl",
+        CODEX_ANSWER,
+        prompt_contains=(f"<|channel|>analysis<|message|>{CODEX_THOUGHT}<|end|>", "streamfold-42"),
+    )
     return root
 
 

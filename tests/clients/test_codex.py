@@ -1,0 +1,84 @@
+"""The Codex CLI (`@openai/codex`, from `tests/clients/node/package-lock.json`) against
+`streamfold serve` on the replay engine, with Codex's DEFAULT configuration: a custom provider
+with `wire_api = "responses"` and `base_url` at the server, nothing else (issue 31).
+
+Codex sends what its defaults send: `namespace` tools (`multi_agent_v1`), `web_search`,
+`store: false` with `include: ["reasoning.encrypted_content"]`, `reasoning.summary`,
+`prompt_cache_key`, `client_metadata`. Its first request used to be a 400.
+
+Codex's home (its config and sessions) is a fresh directory under `node_modules`: Codex refuses
+to set up its sandbox helpers under the system's temporary directory, and its default
+(read-only) sandbox then cannot run a command at all.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import uuid
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from .conftest import CHAT_ANSWER, CODEX_FINAL, missing
+
+NODE_MODULES = Path(__file__).parent / "node" / "node_modules"
+CODEX = NODE_MODULES / ".bin" / "codex"
+
+
+def run_codex(url: str, model: str, prompt: str, workdir: Path) -> list[dict[str, Any]]:
+    """`codex exec --json PROMPT` in `workdir`; its JSONL events."""
+    if not CODEX.exists():
+        missing("the Codex CLI", f"run `npm ci` in {NODE_MODULES.parent}")
+    home = NODE_MODULES / ".streamfold-codex-homes" / uuid.uuid4().hex
+    home.mkdir(parents=True)
+    (home / "config.toml").write_text(
+        f'model = "{model}"\n'
+        'model_provider = "streamfold"\n\n'
+        "[model_providers.streamfold]\n"
+        'name = "streamfold"\n'
+        f'base_url = "{url}"\n'
+        'wire_api = "responses"\n',
+        encoding="utf-8",
+    )
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("OPENAI_", "CODEX_"))}
+    done = subprocess.run(
+        [str(CODEX), "exec", "--json", "--skip-git-repo-check", prompt],
+        cwd=workdir,
+        env={**env, "HOME": str(home), "CODEX_HOME": str(home)},
+        stdin=subprocess.DEVNULL,
+        capture_output=True,
+        text=True,
+        timeout=180,
+    )
+    events = [json.loads(line) for line in done.stdout.splitlines() if line.startswith("{")]
+    failed = [e for e in events if e.get("type") in ("error", "turn.failed")]
+    assert done.returncode == 0 and not failed, f"codex exec failed: {failed}\n{done.stderr}"
+    return events
+
+
+def _items(events: list[dict[str, Any]], kind: str) -> list[dict[str, Any]]:
+    return [
+        e["item"] for e in events if e["type"] == "item.completed" and e["item"]["type"] == kind
+    ]
+
+
+def test_codex_default_configuration_gets_a_plain_answer(
+    streamfold_url: str, tmp_path: Path
+) -> None:
+    """Codex's first request was a 400: `unsupported tool type 'namespace'`."""
+    events = run_codex(streamfold_url, "chat", "say hello", tmp_path)
+    assert [m["text"] for m in _items(events, "agent_message")] == [CHAT_ANSWER]
+    assert _items(events, "reasoning")[0]["text"] == "The user says hello. Reply kindly."
+
+
+@pytest.mark.slow
+def test_codex_shell_loop_carries_its_sealed_reasoning(streamfold_url: str, tmp_path: Path) -> None:
+    """A shell-tool loop, stateless: Codex stores nothing on the server (`store: false`) and
+    sends the first generation's reasoning back as `encrypted_content`. The second turn's trace
+    asserts its prompt holds that reasoning as harmony's analysis message and the command's
+    real output (`prompt_contains`); the replay fails the response otherwise."""
+    events = run_codex(streamfold_url, "codex_shell", "run echo streamfold-$((6*7))", tmp_path)
+    assert [m["text"] for m in _items(events, "agent_message")] == [CODEX_FINAL]
