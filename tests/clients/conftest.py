@@ -60,6 +60,20 @@ CODEX_ANSWER = "<|channel|>final<|message|>The command printed streamfold-42.<|r
 CODEX_FINAL = "The command printed streamfold-42."
 
 
+#: pydantic-ai's output modes: a `final_result` output tool call (ToolOutput), and the same
+#: JSON as the answer (NativeOutput: `text.format`; PromptedOutput: instructions).
+CITY_JSON = '{"city":"Paris","temperature_c":22}'
+OUTPUT_TOOL = (
+    "<|channel|>analysis<|message|>Answer through the output tool.<|end|>"
+    "<|start|>assistant<|channel|>commentary to=functions.final_result <|constrain|>json"
+    f"<|message|>{CITY_JSON}<|call|>"
+)
+OUTPUT_TEXT = (
+    "<|channel|>analysis<|message|>Answer with the JSON asked for.<|end|>"
+    f"<|start|>assistant<|channel|>final<|message|>{CITY_JSON}<|return|>"
+)
+
+
 def _write(
     path: Path,
     text: str,
@@ -91,6 +105,8 @@ def write_client_traces(root: Path) -> Path:
     _write(root / "weather" / "0.jsonl", WEATHER_CALL)
     _write(root / "weather" / "1.jsonl", WEATHER_ANSWER)
     _write(root / "broken.jsonl", BROKEN, finish="error", error=BROKEN_ERROR)
+    _write(root / "output_tool.jsonl", OUTPUT_TOOL)
+    _write(root / "output_text.jsonl", OUTPUT_TEXT)
     _write(root / "codex_shell" / "0.jsonl", CODEX_CALL)
     _write(
         root / "codex_shell" / "1.jsonl",
