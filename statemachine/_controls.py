@@ -6,19 +6,23 @@ the forms of `tool_choice` beyond a plain string (openai-python `ResponseTextCon
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Literal, get_args
 
 import attrs
 
 __all__ = [
     "HOSTED_CHOICES",
+    "TOOL_CHOICE_CLASSES",
     "FormatJsonObject",
     "FormatJsonSchema",
     "FormatText",
+    "HostedChoice",
     "TextConfig",
     "TextFormat",
+    "ToolChoice",
     "ToolChoiceAllowed",
     "ToolChoiceCustom",
+    "ToolChoiceFunction",
     "ToolChoiceHosted",
     "ToolChoiceMcp",
 ]
@@ -87,25 +91,46 @@ class ToolChoiceCustom:
 
 
 #: Hosted tool types `tool_choice` may name (openai `ToolChoiceTypes`).
-HOSTED_CHOICES = (
+HostedChoice = Literal[
     "file_search",
     "web_search_preview",
     "web_search_preview_2025_03_11",
     "computer_use_preview",
     "image_generation",
     "code_interpreter",
-)
+]
+HOSTED_CHOICES: tuple[str, ...] = get_args(HostedChoice)
 
 
 @attrs.frozen(kw_only=True)
 class ToolChoiceHosted:
     """openai `ToolChoiceTypes`: the model must use this hosted tool."""
 
-    type: Literal[
-        "file_search",
-        "web_search_preview",
-        "web_search_preview_2025_03_11",
-        "computer_use_preview",
-        "image_generation",
-        "code_interpreter",
-    ]
+    type: HostedChoice
+
+
+@attrs.frozen(kw_only=True)
+class ToolChoiceFunction:
+    """openai `ToolChoiceFunction`: the model must call this function."""
+
+    type: Literal["function"] = attrs.field(default="function", init=False)
+    name: str
+
+
+#: Every form of `tool_choice` (openai `response_create_params.ToolChoice`).
+ToolChoice = (
+    Literal["auto", "none", "required"]
+    | ToolChoiceFunction
+    | ToolChoiceAllowed
+    | ToolChoiceMcp
+    | ToolChoiceCustom
+    | ToolChoiceHosted
+)
+#: The class of each object form, by its `type`.
+TOOL_CHOICE_CLASSES: dict[str, type] = {
+    "function": ToolChoiceFunction,
+    "allowed_tools": ToolChoiceAllowed,
+    "mcp": ToolChoiceMcp,
+    "custom": ToolChoiceCustom,
+    **dict.fromkeys(HOSTED_CHOICES, ToolChoiceHosted),
+}

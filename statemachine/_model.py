@@ -14,13 +14,7 @@ from typing import Literal
 
 import attrs
 
-from ._controls import (
-    TextConfig,
-    ToolChoiceAllowed,
-    ToolChoiceCustom,
-    ToolChoiceHosted,
-    ToolChoiceMcp,
-)
+from ._controls import TextConfig, ToolChoice
 
 __all__ = [
     "ActionFind",
@@ -68,7 +62,6 @@ __all__ = [
     "SummaryText",
     "TextLogprob",
     "TextTopLogprob",
-    "ToolChoiceFunction",
     "WebSearchAction",
 ]
 
@@ -481,12 +474,6 @@ class NamespaceTool:
 ResponseTool = FunctionTool | CustomTool | NamespaceTool | dict[str, object]
 
 
-@attrs.frozen(kw_only=True)
-class ToolChoiceFunction:
-    type: Literal["function"] = attrs.field(default="function", init=False)
-    name: str
-
-
 ReasoningEffort = Literal["none", "minimal", "low", "medium", "high", "xhigh", "max"]
 
 
@@ -519,14 +506,7 @@ class Response:
     status: ResponseStatus
     output: tuple[OutputItem, ...] = ()
     parallel_tool_calls: bool = True
-    tool_choice: (
-        Literal["auto", "none", "required"]
-        | ToolChoiceFunction
-        | ToolChoiceAllowed
-        | ToolChoiceMcp
-        | ToolChoiceCustom
-        | ToolChoiceHosted
-    ) = "auto"
+    tool_choice: ToolChoice = "auto"
     tools: tuple[ResponseTool, ...] = ()
     error: ResponseError | None = None
     incomplete_details: IncompleteDetails | None = None

@@ -11,8 +11,8 @@ of the wrong type is an error that names its path (`$.item.call_id`), never a si
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
-from typing import Any, Literal, get_args, get_type_hints
+from collections.abc import Callable, Mapping
+from typing import Any, Literal, get_args
 
 import attrs
 import cattrs
@@ -30,6 +30,7 @@ __all__ = [
     "json_line",
     "json_type",
     "loads",
+    "read_tool_choice",
     "sse_event",
     "strict_converter",
     "structure",
@@ -144,29 +145,26 @@ def _tagged_union(union: Any, what: str) -> None:
     _exactly(union, hook)
 
 
-_CHOICES: dict[Any, type] = {
-    "function": m.ToolChoiceFunction,
-    "allowed_tools": c.ToolChoiceAllowed,
-    "mcp": c.ToolChoiceMcp,
-    "custom": c.ToolChoiceCustom,
-    **{hosted: c.ToolChoiceHosted for hosted in c.HOSTED_CHOICES},
-}
-
-
-def _tool_choice(value: Any, _: Any) -> Any:
+def read_tool_choice(value: Any, structure: Callable[[Any, type], Any]) -> Any:
+    """A `tool_choice` value: one of its strings, or its object form read by `structure`
+    (the caller's converter: the wire's here, the request's strict one in `adapters`)."""
     if isinstance(value, str):
         if value not in ("auto", "none", "required"):
             raise ValueError(f"expected 'auto', 'none', 'required' or an object, got {value!r}")
         return value
     if not isinstance(value, Mapping):
         raise TypeError(f"expected a string or an object, got {json_type(value)}")
-    cls = _CHOICES.get(value.get("type"))
+    cls = c.TOOL_CHOICE_CLASSES.get(str(value.get("type")))
     if cls is None:
         raise ValueError(
             f"unknown tool_choice type {value.get('type')!r}; expected one of "
-            + ", ".join(sorted(_CHOICES))
+            + ", ".join(sorted(c.TOOL_CHOICE_CLASSES))
         )
-    return _converter.structure(value, cls)
+    return structure(value, cls)
+
+
+def _tool_choice(value: Any, _: Any) -> Any:
+    return read_tool_choice(value, _converter.structure)
 
 
 for _union, _what in (
@@ -181,7 +179,7 @@ for _union, _what in (
     (Event, "event"),
 ):
     _tagged_union(_union, _what)
-_exactly(get_type_hints(m.Response)["tool_choice"], _tool_choice)
+_exactly(c.ToolChoice, _tool_choice)
 _CLIENT_TOOLS = {"function": m.FunctionTool, "custom": m.CustomTool, "namespace": m.NamespaceTool}
 
 

@@ -20,18 +20,12 @@ from streamfold.statemachine import (
     ReasoningConfig,
 )
 from streamfold.statemachine._controls import (
-    HOSTED_CHOICES,
     FormatJsonObject,
     FormatJsonSchema,
     FormatText,
     TextFormat,
-    ToolChoiceAllowed,
-    ToolChoiceCustom,
-    ToolChoiceHosted,
-    ToolChoiceMcp,
 )
-from streamfold.statemachine._model import ToolChoiceFunction
-from streamfold.statemachine._wire import json_type, strict_converter
+from streamfold.statemachine._wire import json_type, read_tool_choice, strict_converter
 
 from ._checks import check_request
 from ._errors import RequestError
@@ -211,28 +205,8 @@ def _container(value: Any, _: Any) -> Any:
 
 
 def _tool_choice(value: Any, _: Any) -> Any:
-    if isinstance(value, str):
-        if value not in ("auto", "none", "required"):
-            raise ValueError(f"expected 'auto', 'none', 'required' or an object, got {value!r}")
-        return value
-    if not isinstance(value, Mapping):
-        raise TypeError(f"expected a string or an object, got {_json_type(value)}")
-    cls = _CHOICES.get(value.get("type"))
-    if cls is None:
-        raise ValueError(
-            f"unknown tool_choice type {value.get('type')!r}; expected one of "
-            + ", ".join(sorted(_CHOICES))
-        )
-    return _converter.structure(value, cls)
-
-
-_CHOICES: dict[Any, type] = {
-    "function": ToolChoiceFunction,
-    "allowed_tools": ToolChoiceAllowed,
-    "mcp": ToolChoiceMcp,
-    "custom": ToolChoiceCustom,
-    **{hosted: ToolChoiceHosted for hosted in HOSTED_CHOICES},
-}
+    # Every form the Response echoes, read by this strict converter (errors name the field).
+    return read_tool_choice(value, _converter.structure)
 
 
 _FORMATS: dict[Any, type] = {

@@ -26,11 +26,7 @@ from streamfold.statemachine import (
     NamespaceTool,
     ReasoningConfig,
     TextConfig,
-    ToolChoiceAllowed,
-    ToolChoiceCustom,
-    ToolChoiceFunction,
-    ToolChoiceHosted,
-    ToolChoiceMcp,
+    ToolChoice,
 )
 
 from ._input import AdditionalToolsInput, InputItem
@@ -68,14 +64,6 @@ MAX_TOP_LOGPROBS = 20
 #: The tools the client runs: the model's calls to them end the response.
 ClientTool: TypeAlias = FunctionTool | CustomTool | NamespaceTool
 RequestTool: TypeAlias = ClientTool | ServerToolParam | ToolSearchParam | HostedToolParam
-ToolChoice: TypeAlias = (
-    Literal["auto", "none", "required"]
-    | ToolChoiceFunction
-    | ToolChoiceAllowed
-    | ToolChoiceMcp
-    | ToolChoiceCustom
-    | ToolChoiceHosted
-)
 
 
 _SERVER_TOOLS = ServerToolParam.__args__

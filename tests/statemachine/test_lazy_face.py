@@ -60,11 +60,12 @@ def _type_checking_all() -> set[str]:
 
 
 def test_run_time_names_are_the_ones_type_checkers_see() -> None:
-    from streamfold.statemachine import _events, _model
+    from streamfold.statemachine import _controls, _events, _model
 
     named = _type_checking_all()
     assert named == set(sm._LAZY)
-    assert sorted(sm.__all__) == sorted([*named, *_events.__all__, *_model.__all__])
+    stars = [*_controls.__all__, *_events.__all__, *_model.__all__]
+    assert sorted(sm.__all__) == sorted([*named, *stars])
     for name in sm.__all__:
         assert getattr(sm, name) is not None
 
