@@ -396,18 +396,23 @@ def test_concurrent_writers_with_injected_failures_each_learn_their_own_fate(
     anyio.run(main, backend=backend)
 
 
-async def test_a_store_that_answers_for_the_wrong_number_of_batches_fails_them_all() -> None:
+@pytest.mark.parametrize("answered", [2, 4])
+async def test_a_store_that_answers_for_the_wrong_number_of_batches_fails_them_all(
+    answered: int,
+) -> None:
     """Bug (found by cosmic-ray, issue 37: `zip(..., strict=False)` survived): a store bug that
     answered for fewer batches than it was given had the batches it answered for published,
     and then every writer failed (`strict=True`: a ValueError), so a run was told its batch
-    failed after clients had been sent it. Now the answer is checked first: every writer gets
-    a `StoreError` naming the bug, and nothing is published."""
+    failed after clients had been sent it. Now the answer is checked first, too short or too
+    long (`<` for `!=` survived): every writer gets a `StoreError` naming the bug, and nothing
+    is published."""
 
-    class ShortStore(GatedStore):
+    class MiscountingStore(GatedStore):
         async def append_many(self, batches):  # type: ignore[no-untyped-def]
-            return (await super().append_many(batches))[:-1]
+            errors = await super().append_many(batches)
+            return (errors + [None] * answered)[:answered]
 
-    writer = LogWriter(ShortStore())
+    writer = LogWriter(MiscountingStore())
     published: list[str] = []
     raised: list[BaseException] = []
 
@@ -423,9 +428,23 @@ async def test_a_store_that_answers_for_the_wrong_number_of_batches_fails_them_a
                 tg.start_soon(run, f"resp_{i}")
     assert not published
     assert [str(exc) for exc in raised] == [
-        "ShortStore.append_many answered for 2 of the 3 batches it was given; it must answer "
-        "for each"
+        f"MiscountingStore.append_many answered for {answered} of the 3 batches it was given; "
+        "it must answer for each"
     ] * 3
+
+
+async def test_a_group_of_more_than_256_batches_commits_them_all() -> None:
+    """Bug (found by cosmic-ray, issue 37: `len(errors) is not len(batches)` survived, as
+    CPython shares the ints up to 256): a server with 500 streams makes groups that large."""
+    store = GatedStore()
+    writer = LogWriter(store)
+    names = [f"resp_{i}" for i in range(300)]
+    with anyio.fail_after(HANG):
+        async with anyio.create_task_group() as tg:
+            for name in names:
+                tg.start_soon(lambda name=name: writer.write(name, LOG[:3], background=False))
+    assert [sorted(group) for group in store.groups] == [sorted(names)]
+    assert all([await store.read(name) == LOG[:3] for name in names])
 
 
 async def test_a_batch_refused_on_the_per_batch_path_fails_alone() -> None:
