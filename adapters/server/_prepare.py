@@ -41,6 +41,7 @@ from ._reasoning_keys import ReasoningKeys, open_reasoning
 from ._references import resolve_references
 from ._render import AgentPrompts, Renderer
 from ._store import EventStore
+from ._truncate import render_truncated
 
 __all__ = ["Prepared", "new_response_id", "prepare"]
 
@@ -153,7 +154,7 @@ async def prepare(
     # An agent response's input is held to the same checks (time, size, max_input_tokens)
     # here, before it is accepted; the loop renders its prompts, tools included, through the
     # same renderer once its MCP servers have listed them.
-    prompt = await renderer.render(request, size)
+    request, prompt = await render_truncated(renderer, request, size)
     prompts = None
     if agent is not None:
         prompt, prompts = (), renderer.prompts(request, size)

@@ -20,7 +20,14 @@ def test_replay_lists_its_traces_and_conversations(tmp_path: Path) -> None:
     with serve(create_app(engine, store=MemoryEventStore())) as url:
         client = OpenAI(base_url=f"{url}/v1", api_key="x", max_retries=0, timeout=30)
         models = list(client.models.list())
-        assert [m.id for m in models] == ["broken", "chat", "codex_shell", "output_text", "output_tool", "weather"]
+        assert [m.id for m in models] == [
+            "broken",
+            "chat",
+            "codex_shell",
+            "output_text",
+            "output_tool",
+            "weather",
+        ]
         assert {(m.object, m.owned_by) for m in models} == {("model", "streamfold")}
         weather = client.models.retrieve("weather")
         assert weather.id == "weather" and weather.created == models[0].created
