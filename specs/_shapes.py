@@ -20,6 +20,8 @@ __all__: list[str] = []  # private helpers of the checker
 ITEM_NULLABLE: dict[str, tuple[str, ...]] = {
     "code_interpreter_call": ("code", "outputs"),
     "image_generation_call": ("result",),
+    "mcp_call": ("approval_request_id", "error", "output"),
+    "mcp_list_tools": ("error",),
 }
 TOOL_NULLABLE: dict[str, tuple[str, ...]] = {"function": ("parameters", "strict")}
 # The API's error object: `{code, message, param, type}`; zod clients require `type`.

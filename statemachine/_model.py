@@ -323,9 +323,10 @@ class McpCall:
     name: str
     server_label: str
     arguments: str
-    approval_request_id: str | None = None
-    error: McpCallError | None = None
-    output: str | None = None
+    # The API sends these three keys on every mcp_call, null until they have a value (issue 31).
+    approval_request_id: str | None = attrs.field(default=None, metadata=NULLABLE)
+    error: McpCallError | None = attrs.field(default=None, metadata=NULLABLE)
+    output: str | None = attrs.field(default=None, metadata=NULLABLE)
     status: Literal["in_progress", "completed", "incomplete", "calling", "failed"] | None = None
 
 
@@ -347,7 +348,7 @@ class McpListTools:
     id: str
     server_label: str
     tools: tuple[McpListToolsTool, ...] = ()
-    error: str | None = None
+    error: str | None = attrs.field(default=None, metadata=NULLABLE)  # always sent, as the API
 
 
 @attrs.frozen(kw_only=True)

@@ -195,3 +195,12 @@ def test_every_logprob_entry_carries_a_top_logprobs_array() -> None:
     assert entries, "the golden stream has logprobs"
     assert all(isinstance(entry.get("top_logprobs"), list) for entry in entries)
     assert to_wire(m.TextLogprob(token="a", logprob=-1.0))["top_logprobs"] == []
+
+
+def test_mcp_items_send_the_keys_the_api_always_sends() -> None:
+    """Issue 31: MCP items left out `error` and `approval_request_id` (null), which the API
+    sends on every mcp_call (and `error` on every mcp_list_tools) though the SDK does not mark
+    them required."""
+    call = to_wire(EMPTIEST[m.McpCall])
+    assert (call["approval_request_id"], call["error"], call["output"]) == (None, None, None)
+    assert to_wire(EMPTIEST[m.McpListTools])["error"] is None
