@@ -95,16 +95,37 @@ async def test_a_store_that_cannot_list_its_responses_ends_none_and_does_not_rai
     assert await store.read("resp_cut") == CUT
 
 
+@pytest.mark.parametrize("count", [3, 20, 21, 25])
 async def test_damaged_responses_reports_what_the_store_found(
-    caplog: pytest.LogCaptureFixture,
+    count: int, caplog: pytest.LogCaptureFixture
 ) -> None:
-    ids = [f"resp_{i:02}" for i in range(25)]
+    """The first 20, sorted, and "..." exactly when there are more (cosmic-ray: the bound's
+    mutants `>= 20`, `> 19`, `> 21`, `!= 20` survived a test of 25 alone)."""
+    ids = [f"resp_{i:02}" for i in range(count)]
     store = FaultyStore(damaged=list(reversed(ids)))
     with caplog.at_level(logging.ERROR, "streamfold.server"):
         assert await damaged_responses(store) == list(reversed(ids))
-    assert "25 stored response(s) are unreadable" in caplog.text
-    assert ", ".join(ids[:20]) + ", ..." in caplog.text  # sorted, the first 20 named
-    assert "resp_20" not in caplog.text
+    (message,) = [r.getMessage() for r in caplog.records]
+    named = ", ".join(ids[:20]) + (", ..." if count > 20 else "")
+    assert message == f"{count} stored response(s) are unreadable (the store is damaged): {named}"
+
+
+async def test_one_unreadable_log_does_not_stop_the_others_being_ended(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """cosmic-ray: `continue` made `break` after an unreadable log survived, as the one test
+    listed it last. The start-up says how many it ended, and only when it ended some
+    (`if ended` made `if not ended` survived)."""
+    store = FaultyStore(unreadable=frozenset({"resp_broken"}))
+    for response_id in ("resp_broken", "resp_cut"):
+        await store.append(response_id, CUT)
+    with caplog.at_level(logging.WARNING, "streamfold.server"):
+        assert await end_interrupted(store, set()) == (["resp_cut"], ["resp_broken"])
+    assert "ended 1 response(s) left unfinished by a previous run" in caplog.text
+    caplog.clear()
+    with caplog.at_level(logging.WARNING, "streamfold.server"):
+        assert await end_interrupted(store, set()) == ([], ["resp_broken"])
+    assert "left unfinished" not in caplog.text
 
 
 async def test_a_store_whose_self_check_fails_reports_none_and_does_not_raise(
