@@ -198,6 +198,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("modules", nargs="*", help="repository paths, e.g. statemachine/_loop.py")
     parser.add_argument("--tests", nargs="+", help="tests to run instead of the module's own")
+    parser.add_argument(
+        "--deselect", action="append", default=[], help="a test id to leave out (pytest's own)"
+    )
     parser.add_argument("--timeout", type=float, default=300.0, help="seconds per mutant's run")
     parser.add_argument("--per-test", type=float, default=30.0, help="seconds per test")
     parser.add_argument("--work", type=Path, help="keep each session's database here")
@@ -214,6 +217,7 @@ def main() -> None:
         tests = args.tests or TESTS.get(module)
         if not tests:
             sys.exit(f"{module}: no tests known for it; name them with --tests")
+        tests = [*tests, *(f"--deselect={test}" for test in args.deselect)]
         counts = run_module(module, tests, work, args.timeout, args.per_test)
         total = counts[KILLED] + counts[SURVIVED]
         rate = 100.0 * counts[KILLED] / total if total else 0.0
