@@ -39,7 +39,7 @@ import anyio.lowlevel
 from anyio.abc import TaskGroup, TaskStatus
 
 from streamfold.adapters.driver import Generation
-from streamfold.statemachine import Event, StreamfoldError
+from streamfold.statemachine import Event, StreamfoldError, loads, snapshot, to_wire
 from streamfold.statemachine._grammar import FinishReason
 
 from ..agent._config import AgentConfig
@@ -356,6 +356,10 @@ class ResponseService:
         """The current Response; raises a 404 `RequestError` for an unknown id."""
         run = self.live.get(response_id)
         if run is not None and run.event is not None:
+            if run.logged and not run.finished:
+                # Still running: the Response as its stream so far shows it, items included
+                # (its latest lifecycle event says `output: []` until the end; issue 31).
+                return await self._so_far(response_id, run)
             return response_of(run.event)
         if response_id in self.unstored:
             return json.loads(self.unstored[response_id])  # type: ignore[no-any-return]
@@ -368,6 +372,17 @@ class ResponseService:
         if snapshot is None:
             raise not_found(response_id)
         return snapshot.response()
+
+    async def _so_far(self, response_id: str, run: Run) -> dict[str, Any]:
+        """A running response folded from its logged events (`statemachine.snapshot`)."""
+        try:
+            records = await self.store.read(response_id)
+        except StoreError as exc:
+            raise unreadable(response_id, exc) from exc
+        if not records:
+            return response_of(run.event)
+        events = [loads(record.data) for record in records]
+        return to_wire(snapshot(events))
 
     def current(self, run: Run) -> dict[str, Any]:
         """The Response of a run started here (even one that has already ended)."""
