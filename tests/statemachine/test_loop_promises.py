@@ -8,14 +8,23 @@ from typing import Any
 import pytest
 
 from streamfold.statemachine import (
+    ApprovedCallStep,
     CodeInterpreterOutputLogs,
+    ListToolsStep,
+    McpErrorText,
+    McpProtocolError,
     McpServer,
+    McpToolExecutionError,
+    NextGenerationStep,
+    ReducerUsageError,
     ServerTools,
     ToolResultStep,
     apply_loop_step,
+    approved_call,
     close_interrupted,
     finish,
     list_tools,
+    next_generation,
     pending_call,
     start,
     step,
@@ -126,3 +135,92 @@ def test_a_tool_listing_cut_off_is_closed_failed_with_an_error_that_says_so(cut:
     (done,) = [to_wire(e)["item"] for e in closed if e.type == "response.output_item.done"]
     assert done["type"] == "mcp_list_tools"
     assert done["error"] == "the tool listing did not finish"
+
+
+# -- cosmic-ray's survivors in _loop.py (issue 37) -------------------------------------------
+
+MCP_TOOLS = ServerTools(
+    python=True, mcp=(McpServer(server_label="deepwiki"), McpServer(server_label="zeta"))
+)
+
+
+def test_each_loop_step_replays_as_the_call_it_stands_for() -> None:
+    """`isinstance(action, NextGenerationStep)` or `ApprovedCallStep` negated survived: a
+    recorded run replays through `apply_loop_step`, which must make the same call."""
+    state, _ = start(GRAMMAR, new_response(), server_tools=MCP_TOOLS)
+    direct, _ = list_tools(state, "deepwiki", tools=())
+    replayed, _ = apply_loop_step(state, ListToolsStep(server_label="deepwiki"))
+    assert replayed == direct
+    assert apply_loop_step(direct, NextGenerationStep(input_tokens=7)) == (
+        next_generation(direct, input_tokens=7),
+        [],
+    )
+    approved = approved_call(direct, "mcpr_x", "deepwiki", "ask", '{"q": 1}')
+    step_ = ApprovedCallStep(
+        approval_request_id="mcpr_x", server_label="deepwiki", name="ask", arguments='{"q": 1}'
+    )
+    assert apply_loop_step(direct, step_) == approved
+    with pytest.raises(ReducerUsageError, match="apply_loop_step"):
+        apply_loop_step(direct, "next")  # type: ignore[arg-type]
+
+
+def test_next_generation_adds_exactly_the_prompt_it_is_given() -> None:
+    """Defaults of 1 or -1 and a bound of `< -1` survived."""
+    state, _ = start(GRAMMAR, new_response(), input_tokens=5)
+    assert next_generation(state).input_tokens == 5
+    assert apply_loop_step(state, NextGenerationStep())[0].input_tokens == 5
+    assert next_generation(state, input_tokens=0).input_tokens == 5
+    for bad in (-1, -2, 1.5, "3"):
+        with pytest.raises(ReducerUsageError, match="non-negative int"):
+            next_generation(state, input_tokens=bad)  # type: ignore[arg-type]
+
+
+def test_tool_result_answers_only_the_pending_call() -> None:
+    """`call.item_id != item_id` made `>` survived: an id that sorts after the pending one
+    was taken for it."""
+    state, _ = _pending("analysis to=python code<|message|>print(1)")
+    call = pending_call(state)
+    assert call is not None
+    for wrong in ("a_wrong_id", "zz_wrong_id"):
+        with pytest.raises(ReducerUsageError, match="is pending"):
+            tool_result(state, wrong, "1")
+
+
+def test_each_server_is_listed_once_whatever_the_order() -> None:
+    """`i.server_label == server_label` made `<=` (or `is`) survived."""
+    state, _ = start(GRAMMAR, new_response(), server_tools=MCP_TOOLS)
+    state, _ = list_tools(state, "deepwiki")
+    state, _ = list_tools(state, "zeta")  # another server, sorting after: listed
+    with pytest.raises(ReducerUsageError, match="called twice"):
+        list_tools(state, "".join(["deep", "wiki"]))  # equal, not the same object
+
+
+@pytest.mark.parametrize(
+    "error",
+    [
+        McpToolExecutionError(content=(McpErrorText(text="no such"), McpErrorText(text="repo"))),
+        McpProtocolError(code=-32601, message="no such method"),
+    ],
+)
+def test_an_error_value_is_the_mcp_calls_error_and_a_python_calls_logs(error: Any) -> None:
+    """`elif error is not None` negated and `isinstance(error, McpToolExecutionError)` negated
+    survived: an error given as a value (not a string) is the MCP call's `error` as given, and
+    a python call shows its text as logs."""
+    text = "no such\nrepo" if isinstance(error, McpToolExecutionError) else "no such method"
+    state, events = start(GRAMMAR, new_response(), server_tools=MCP_TOOLS)
+    for token in harmony_encoding().encode(
+        "<|start|>assistant<|channel|>commentary to=deepwiki.ask <|constrain|>json<|message|>"
+        '{"q": 1}<|call|>',
+        allowed_special="all",
+    ):
+        state, new = step(state, token)
+        events += new
+    call = pending_call(state)
+    assert call is not None
+    state, new = tool_result(state, call.item_id, error=error)
+    assert to_wire(new[-1])["item"]["error"] == to_wire(error)
+    state, _ = _pending("analysis to=python code<|message|>print(1)")
+    call = pending_call(state)
+    assert call is not None
+    state, new = tool_result(state, call.item_id, error=error)
+    assert to_wire(new[-1])["item"]["outputs"] == [{"type": "logs", "logs": text}]
