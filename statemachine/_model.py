@@ -521,7 +521,6 @@ class Response:
     background: bool | None = None
     previous_response_id: str | None = None
     completed_at: int | None = None
-    conversation: ConversationRef | None = None
     # What else the request asked, echoed as the API echoes it (openai `Response`).
     text: TextConfig = attrs.field(factory=TextConfig)
     store: bool = True
@@ -533,3 +532,6 @@ class Response:
     prompt_cache_retention: Literal["in_memory", "24h"] | None = None
     safety_identifier: str | None = None
     user: str | None = None
+    # Last: the one field left out when None (`_wire._omitted`), which cattrs' reference path
+    # writes after the others; the generated writer writes fields in this order.
+    conversation: ConversationRef | None = None

@@ -129,10 +129,14 @@ def harmony_grammar(shape: Shape) -> str:
     bound = "" if shape.reasoning_tokens is None else f"[max_tokens={shape.reasoning_tokens}]"
     first = min(shape.min_reasoning_messages, shape.reasoning_messages)
     rest = shape.reasoning_messages - first
+    # A preamble (commentary without a recipient) is a visible message: before a JSON answer
+    # it would be part of the text a client parses (`output_text` joins every message), so
+    # only analysis may come before one.
+    leads = "analysis" if isinstance(shape.answer, JsonBody) else "(analysis | preamble)"
     main = [
         f"start: reason{{{first}}} lead{{0,{rest}}} ending",
         'reason: analysis <|end|> <|start|> "assistant"',
-        'lead: (analysis | preamble) <|end|> <|start|> "assistant"',
+        f'lead: {leads} <|end|> <|start|> "assistant"',
         'analysis: <|channel|> "analysis" <|message|> think',
         'preamble: <|channel|> "commentary" <|message|> think',
         f"think{bound}: /(?s:.*)/",

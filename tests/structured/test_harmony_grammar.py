@@ -87,3 +87,15 @@ def test_an_mcp_servers_tools_are_called_by_prefix() -> None:
     shape = Shape(answer=None, calls=(Call(recipient="docs.", any_name=True),))
     assert _accepts(shape, REASON + "<|channel|>commentary to=docs.search<|message|>{}<|call|>")
     assert not _accepts(shape, REASON + "<|channel|>commentary to=web.search<|message|>{}<|call|>")
+
+
+def test_no_preamble_message_before_a_json_answer() -> None:
+    """A preamble is a visible message: before a JSON answer it joined the text clients parse
+    (the Vercel AI SDK's generateObject failed on `report smith{}...`)."""
+    preamble = "<|channel|>commentary<|message|>Working on it.<|end|><|start|>assistant"
+    answer = '<|channel|>final<|message|>{"city":"Paris"}<|return|>'
+    json_only = Shape(answer=JsonBody(schema=ARGS), calls=())
+    assert not _accepts(json_only, REASON + preamble + answer)
+    assert _accepts(json_only, REASON + answer)
+    text = Shape(answer=TextBody(), calls=())
+    assert _accepts(text, REASON + preamble + "<|channel|>final<|message|>Hi<|return|>")
