@@ -182,17 +182,23 @@ def test_tool_result_answers_only_the_pending_call() -> None:
     call = pending_call(state)
     assert call is not None
     for wrong in ("a_wrong_id", "zz_wrong_id"):
-        with pytest.raises(ReducerUsageError, match="is pending"):
+        with pytest.raises(ReducerUsageError) as raised:
             tool_result(state, wrong, "1")
+        assert str(raised.value).startswith(f"tool_result({wrong!r}): {call.item_id} is pending")
+    # An id read back from a recorded trace is equal, not the same object (`is not` survived).
+    done, _ = tool_result(state, "".join(list(call.item_id)), "1")
+    with pytest.raises(ReducerUsageError, match="after finish"):
+        tool_result(finish(done, "stop")[0], call.item_id, "1")
 
 
 def test_each_server_is_listed_once_whatever_the_order() -> None:
-    """`i.server_label == server_label` made `<=` (or `is`) survived."""
-    state, _ = start(GRAMMAR, new_response(), server_tools=MCP_TOOLS)
-    state, _ = list_tools(state, "deepwiki")
-    state, _ = list_tools(state, "zeta")  # another server, sorting after: listed
-    with pytest.raises(ReducerUsageError, match="called twice"):
-        list_tools(state, "".join(["deep", "wiki"]))  # equal, not the same object
+    """`i.server_label == server_label` made `<=`, `>=` or `is` survived."""
+    for first, second in (("deepwiki", "zeta"), ("zeta", "deepwiki")):
+        state, _ = start(GRAMMAR, new_response(), server_tools=MCP_TOOLS)
+        state, _ = list_tools(state, first)
+        state, _ = list_tools(state, second)  # another server, sorting after or before: listed
+        with pytest.raises(ReducerUsageError, match="called twice"):
+            list_tools(state, "".join(list(first)))  # equal, not the same object
 
 
 @pytest.mark.parametrize(
