@@ -8,7 +8,8 @@ Codex sends what its defaults send: `namespace` tools (`multi_agent_v1`), `web_s
 
 Codex's home (its config and sessions) is a fresh directory under `node_modules`: Codex refuses
 to set up its sandbox helpers under the system's temporary directory, and its default
-(read-only) sandbox then cannot run a command at all.
+(read-only) sandbox then cannot run a command at all. Its temporary directory is the test's
+own (`TMPDIR`), so a checkout that itself lies under /tmp (a CI clone) is not "temporary".
 """
 
 from __future__ import annotations
@@ -44,6 +45,9 @@ def run_codex(url: str, model: str, prompt: str, workdir: Path) -> list[dict[str
         encoding="utf-8",
     )
     env = {k: v for k, v in os.environ.items() if not k.startswith(("OPENAI_", "CODEX_"))}
+    scratch = workdir / "codex-tmp"
+    scratch.mkdir(exist_ok=True)
+    env["TMPDIR"] = str(scratch)
     done = subprocess.run(
         [str(CODEX), "exec", "--json", "--skip-git-repo-check", prompt],
         cwd=workdir,
