@@ -98,7 +98,8 @@ class DecodingConstraint:
     grammars), written by the chat format from what the request asked for (`text.format`,
     `tool_choice`, strict tools, custom tool grammars). An engine that can enforce it masks every
     sampled token by it (the native engine through `streamfold.engines.guidance`; vLLM and
-    SGLang through their own llguidance backends); one that cannot says so (`enforces`).
+    SGLang through their own llguidance backends); an engine that cannot is served as
+    `Engine(enforces_constraints=False)`, and the server says so once in its log.
     `summary` names what it enforces, for logs and errors (`"json_schema 'weather' in final"`).
     """
 

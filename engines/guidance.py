@@ -10,9 +10,8 @@ sampling step, for the batch's token masks.
 - `matcher(grammar)` compiles a grammar once (1-5 ms for a request's harmony grammar) and keeps
   the pristine matcher in a small LRU keyed by the grammar's hash: a request repeating a schema
   gets a copy (`deep_copy`, microseconds) instead of a compile.
-- `fill(rows, pointer, row_bytes, batch)` writes the masks of several matchers into one buffer
-  (one row of 32-bit words per sequence, a set bit = allowed), on llguidance's own thread pool,
-  without the GIL.
+- `GuidanceConstraint` is one request's matcher as the engine's `LogitsConstraint`: it writes
+  its row of the batch's mask (32-bit words, a set bit = allowed) and is told each token taken.
 
 llguidance never raises for a bad grammar or an unexpected token: its matcher enters an error
 state. `matcher` turns a grammar error into `ConstraintError` (a request error, said before any
@@ -101,8 +100,6 @@ class Guidance:
             collections.OrderedDict()
         )
         self._lock = threading.Lock()
-        self._executor: llguidance.LLExecutor | None = None
-        self.compiles = 0
 
     @property
     def row_words(self) -> int:
@@ -121,18 +118,10 @@ class Guidance:
         if pristine.is_error():
             raise ConstraintError(f"the grammar does not compile: {pristine.get_error()}")
         with self._lock:
-            self.compiles += 1
             self._compiled[key] = pristine
             while len(self._compiled) > CACHE_SIZE:
                 self._compiled.popitem(last=False)
         return pristine.deep_copy()
-
-    def fill(self, rows: list[tuple[llguidance.LLMatcher, int]], pointer: int, batch: int) -> None:
-        """Write each matcher's mask into row `index` of the int32 buffer at `pointer`
-        (`batch` rows of `row_words` words), in parallel."""
-        if self._executor is None:
-            self._executor = self._llg.LLExecutor()
-        self._executor.unsafe_compute_mask_ptr(rows, pointer, self.row_words * 4, batch)
 
 
 class GuidanceConstraint:
@@ -152,11 +141,6 @@ class GuidanceConstraint:
             raise ConstraintError(
                 f"token {token_id} broke the grammar: {self._matcher.get_error()}"
             )
-
-    @property
-    def stopped(self) -> bool:
-        """Whether the grammar is complete (nothing more may follow)."""
-        return bool(self._matcher.is_stopped())
 
 
 def validate_grammar(grammar: str) -> str | None:
