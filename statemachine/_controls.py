@@ -12,6 +12,7 @@ import attrs
 
 __all__ = [
     "HOSTED_CHOICES",
+    "TEXT_FORMAT_CLASSES",
     "TOOL_CHOICE_CLASSES",
     "FormatJsonObject",
     "FormatJsonSchema",
@@ -54,6 +55,12 @@ class FormatJsonSchema:
 
 
 TextFormat = FormatText | FormatJsonObject | FormatJsonSchema
+#: The class of each `text.format`, by its `type`.
+TEXT_FORMAT_CLASSES: dict[str, type] = {
+    "text": FormatText,
+    "json_object": FormatJsonObject,
+    "json_schema": FormatJsonSchema,
+}
 
 
 @attrs.frozen(kw_only=True)

@@ -30,6 +30,7 @@ __all__ = [
     "json_line",
     "json_type",
     "loads",
+    "read_tagged",
     "read_tool_choice",
     "sse_event",
     "strict_converter",
@@ -145,22 +146,30 @@ def _tagged_union(union: Any, what: str) -> None:
     _exactly(union, hook)
 
 
+def read_tagged(
+    value: Any, classes: Mapping[str, type], what: str, structure: Callable[[Any, type], Any]
+) -> Any:
+    """An object of one of `classes`, chosen by its `type`, read by `structure` (the caller's
+    converter: the wire's here, the request's strict one in `adapters`); an unknown type names
+    the ones there are."""
+    if not isinstance(value, Mapping):
+        raise TypeError(f"expected an object, got {json_type(value)}")
+    cls = classes.get(str(value.get("type")))
+    if cls is None:
+        raise ValueError(
+            f"unknown {what} type {value.get('type')!r}; expected one of "
+            + ", ".join(sorted(classes))
+        )
+    return structure(value, cls)
+
+
 def read_tool_choice(value: Any, structure: Callable[[Any, type], Any]) -> Any:
-    """A `tool_choice` value: one of its strings, or its object form read by `structure`
-    (the caller's converter: the wire's here, the request's strict one in `adapters`)."""
+    """A `tool_choice` value: one of its strings, or its object form (`read_tagged`)."""
     if isinstance(value, str):
         if value not in ("auto", "none", "required"):
             raise ValueError(f"expected 'auto', 'none', 'required' or an object, got {value!r}")
         return value
-    if not isinstance(value, Mapping):
-        raise TypeError(f"expected a string or an object, got {json_type(value)}")
-    cls = c.TOOL_CHOICE_CLASSES.get(str(value.get("type")))
-    if cls is None:
-        raise ValueError(
-            f"unknown tool_choice type {value.get('type')!r}; expected one of "
-            + ", ".join(sorted(c.TOOL_CHOICE_CLASSES))
-        )
-    return structure(value, cls)
+    return read_tagged(value, c.TOOL_CHOICE_CLASSES, "tool_choice", structure)
 
 
 def _tool_choice(value: Any, _: Any) -> Any:
@@ -173,13 +182,16 @@ for _union, _what in (
     (m.MessageContent, "message content"),
     (m.WebSearchAction, "web search action"),
     (m.McpCallError, "MCP call error"),
-    (c.TextFormat, "text format"),
     (m.FunctionTool | m.CustomTool, "namespace tool"),
     (m.CustomToolFormat, "custom tool format"),
     (Event, "event"),
 ):
     _tagged_union(_union, _what)
 _exactly(c.ToolChoice, _tool_choice)
+_exactly(
+    c.TextFormat,
+    lambda v, _: read_tagged(v, c.TEXT_FORMAT_CLASSES, "text format", _converter.structure),
+)
 _CLIENT_TOOLS = {"function": m.FunctionTool, "custom": m.CustomTool, "namespace": m.NamespaceTool}
 
 

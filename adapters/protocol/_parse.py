@@ -19,13 +19,13 @@ from streamfold.statemachine import (
     NamespaceTool,
     ReasoningConfig,
 )
-from streamfold.statemachine._controls import (
-    FormatJsonObject,
-    FormatJsonSchema,
-    FormatText,
-    TextFormat,
+from streamfold.statemachine._controls import TEXT_FORMAT_CLASSES, TextFormat
+from streamfold.statemachine._wire import (
+    json_type,
+    read_tagged,
+    read_tool_choice,
+    strict_converter,
 )
-from streamfold.statemachine._wire import json_type, read_tool_choice, strict_converter
 
 from ._checks import check_request
 from ._errors import RequestError
@@ -209,23 +209,8 @@ def _tool_choice(value: Any, _: Any) -> Any:
     return read_tool_choice(value, _converter.structure)
 
 
-_FORMATS: dict[Any, type] = {
-    "text": FormatText,
-    "json_object": FormatJsonObject,
-    "json_schema": FormatJsonSchema,
-}
-
-
 def _text_format(value: Any, _: Any) -> Any:
-    if not isinstance(value, Mapping):
-        raise TypeError(f"expected an object, got {_json_type(value)}")
-    cls = _FORMATS.get(value.get("type"))
-    if cls is None:
-        raise ValueError(
-            f"unknown format type {value.get('type')!r}; expected one of "
-            + ", ".join(sorted(_FORMATS))
-        )
-    return _converter.structure(value, cls)
+    return read_tagged(value, TEXT_FORMAT_CLASSES, "text format", _converter.structure)
 
 
 def _strings(value: Any, _: Any) -> tuple[str, ...]:
