@@ -110,7 +110,8 @@ _ANY_CALL = (
 
 
 def harmony_grammar(shape: Shape) -> str:
-    """The llguidance grammar (top-level JSON text) of a harmony completion of this shape."""
+    """The llguidance grammar of a harmony completion of this shape: Lark, or its top-level
+    JSON when a tool grammar had to be nested (see the module docstring)."""
     build = _Builder()
     endings: list[str] = []
     if shape.answer is not None:
