@@ -8,10 +8,11 @@ that writes the response's terminal event (`SQLiteEventStore._insert`).
 
 from __future__ import annotations
 
+import contextlib
 import json
 import sqlite3
 import threading
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Literal
 
@@ -41,34 +42,38 @@ class SQLiteConversations:
     def _failed(self, exc: sqlite3.Error) -> StoreError:
         return StoreError(f"the conversations in the response store {self.path} failed: {exc}")
 
-    async def create_conversation(
-        self, conversation: StoredConversation, items: Sequence[ItemRow]
-    ) -> None:
+    @contextlib.contextmanager
+    def _writing(self) -> Iterator[sqlite3.Connection]:
+        """One transaction on the writer connection, committed whole or rolled back; a SQLite
+        failure becomes a `StoreError` naming the store."""
         try:
             self._db.execute("BEGIN")
             try:
-                self._db.execute(
-                    "INSERT INTO conversations VALUES (?, ?, ?, ?)",
-                    (
-                        conversation.id,
-                        conversation.created_at,
-                        json.dumps(conversation.metadata),
-                        conversation.owner,
-                    ),
-                )
-                self._db.executemany(
-                    "INSERT INTO conversation_items VALUES (?, ?, ?, ?)",
-                    [
-                        (conversation.id, i, item_id, text)
-                        for i, (item_id, text) in enumerate(items, 1)
-                    ],
-                )
+                yield self._db
             except BaseException:
                 self._db.execute("ROLLBACK")
                 raise
             self._db.execute("COMMIT")
         except sqlite3.Error as exc:
             raise self._failed(exc) from exc
+
+    async def create_conversation(
+        self, conversation: StoredConversation, items: Sequence[ItemRow]
+    ) -> None:
+        with self._writing() as db:
+            db.execute(
+                "INSERT INTO conversations VALUES (?, ?, ?, ?)",
+                (
+                    conversation.id,
+                    conversation.created_at,
+                    json.dumps(conversation.metadata),
+                    conversation.owner,
+                ),
+            )
+            db.executemany(
+                "INSERT INTO conversation_items VALUES (?, ?, ?, ?)",
+                [(conversation.id, i, item_id, text) for i, (item_id, text) in enumerate(items, 1)],
+            )
 
     def _get(self, conversation_id: str) -> StoredConversation | None:
         with self._read_lock:
@@ -101,48 +106,30 @@ class SQLiteConversations:
         return await self.get_conversation(conversation_id)
 
     async def delete_conversation(self, conversation_id: str) -> bool:
-        try:
-            self._db.execute("BEGIN")
-            try:
-                self._db.execute(
-                    "DELETE FROM conversation_items WHERE conversation_id=?", (conversation_id,)
-                )
-                deleted = self._db.execute(
-                    "DELETE FROM conversations WHERE id=?", (conversation_id,)
-                ).rowcount
-            except BaseException:
-                self._db.execute("ROLLBACK")
-                raise
-            self._db.execute("COMMIT")
-        except sqlite3.Error as exc:
-            raise self._failed(exc) from exc
+        with self._writing() as db:
+            db.execute("DELETE FROM conversation_items WHERE conversation_id=?", (conversation_id,))
+            deleted = db.execute(
+                "DELETE FROM conversations WHERE id=?", (conversation_id,)
+            ).rowcount
         return deleted > 0
 
     async def add_conversation_items(
         self, conversation_id: str, items: Sequence[ItemRow]
     ) -> list[str]:
-        try:
-            self._db.execute("BEGIN")
-            try:
-                marks = ",".join("?" * len(items))
-                taken = [
-                    row[0]
-                    for row in self._db.execute(
-                        f"SELECT item_id FROM conversation_items WHERE conversation_id=? "
-                        f"AND item_id IN ({marks})",
-                        (conversation_id, *(item_id for item_id, _ in items)),
-                    )
-                ]
-                if not taken:
-                    self._db.executemany(
-                        _APPEND, [(conversation_id, item_id, text) for item_id, text in items]
-                    )
-            except BaseException:
-                self._db.execute("ROLLBACK")
-                raise
-            self._db.execute("COMMIT")
-        except sqlite3.Error as exc:
-            raise self._failed(exc) from exc
+        with self._writing() as db:
+            marks = ",".join("?" * len(items))
+            taken = [
+                row[0]
+                for row in db.execute(
+                    f"SELECT item_id FROM conversation_items WHERE conversation_id=? "
+                    f"AND item_id IN ({marks})",
+                    (conversation_id, *(item_id for item_id, _ in items)),
+                )
+            ]
+            if not taken:
+                db.executemany(
+                    _APPEND, [(conversation_id, item_id, text) for item_id, text in items]
+                )
         return taken
 
     def _page(
