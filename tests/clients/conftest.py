@@ -6,7 +6,9 @@ suite from a trace directory written here:
 - `chat`: a reasoning item and an answer (its logprobs are sent only when asked for);
 - `weather`: a conversation directory: turn 0 calls `get_weather`, turn 1 answers from its
   output (a client's default tool loop runs two steps and ends with the answer);
-- `broken`: the engine fails after a few tokens (a `response.failed` with an `error`).
+- `broken`: the engine fails after a few tokens (a `response.failed` with an `error`);
+- `codex_shell`, `gpt-5.5`: Codex's shell loop and its `apply_patch` custom tool
+  (tests/clients/test_codex.py).
 
 Where a client is not installed the tests say so: they skip with the install command, and fail
 instead when `STREAMFOLD_EXPECT_CLIENTS=1` (CI sets it), so a CI run cannot pass without them.
@@ -58,6 +60,22 @@ CODEX_CALL = (
 )
 CODEX_ANSWER = "<|channel|>final<|message|>The command printed streamfold-42.<|return|>"
 CODEX_FINAL = "The command printed streamfold-42."
+
+#: Codex's `apply_patch` (a `custom` tool with a Lark grammar, which Codex sends for the models
+#: of its own catalog: the conversation is named `gpt-5.5`): turn 0 writes a patch as the
+#: tool's raw input, turn 1 answers once Codex has applied it and sent its output back.
+CODEX_PATCH_MODEL = "gpt-5.5"
+CODEX_PATCH = (
+    "*** Begin Patch\n*** Update File: notes.txt\n@@\n-status: draft\n+status: final\n"
+    "*** End Patch\n"
+)
+CODEX_PATCH_CALL = (
+    "<|channel|>analysis<|message|>Edit notes.txt with apply_patch.<|end|>"
+    "<|start|>assistant<|channel|>commentary to=functions.apply_patch"
+    f"<|message|>{CODEX_PATCH}<|call|>"
+)
+CODEX_PATCH_ANSWER = "<|channel|>final<|message|>notes.txt now says final.<|return|>"
+CODEX_PATCH_FINAL = "notes.txt now says final."
 
 
 #: pydantic-ai's output modes: a `final_result` output tool call (ToolOutput), and the same
@@ -112,6 +130,15 @@ def write_client_traces(root: Path) -> Path:
         root / "codex_shell" / "1.jsonl",
         CODEX_ANSWER,
         prompt_contains=(f"<|channel|>analysis<|message|>{CODEX_THOUGHT}<|end|>", "streamfold-42"),
+    )
+    _write(root / CODEX_PATCH_MODEL / "0.jsonl", CODEX_PATCH_CALL)
+    _write(
+        root / CODEX_PATCH_MODEL / "1.jsonl",
+        CODEX_PATCH_ANSWER,
+        prompt_contains=(
+            f"to=functions.apply_patch<|channel|>commentary<|message|>{CODEX_PATCH}<|call|>",
+            "Success. Updated the following files:\nM notes.txt",
+        ),
     )
     return root
 

@@ -23,14 +23,22 @@ from typing import Any
 
 import pytest
 
-from .conftest import CHAT_ANSWER, CODEX_FINAL, missing
+from .conftest import (
+    CHAT_ANSWER,
+    CODEX_FINAL,
+    CODEX_PATCH_FINAL,
+    CODEX_PATCH_MODEL,
+    missing,
+)
 
 NODE_MODULES = Path(__file__).parent / "node" / "node_modules"
 CODEX = NODE_MODULES / ".bin" / "codex"
 
 
-def run_codex(url: str, model: str, prompt: str, workdir: Path) -> list[dict[str, Any]]:
-    """`codex exec --json PROMPT` in `workdir`; its JSONL events."""
+def run_codex(
+    url: str, model: str, prompt: str, workdir: Path, *flags: str
+) -> list[dict[str, Any]]:
+    """`codex exec --json [FLAGS] PROMPT` in `workdir`; its JSONL events."""
     if not CODEX.exists():
         missing("the Codex CLI", f"run `npm ci` in {NODE_MODULES.parent}")
     home = NODE_MODULES / ".streamfold-codex-homes" / uuid.uuid4().hex
@@ -49,7 +57,7 @@ def run_codex(url: str, model: str, prompt: str, workdir: Path) -> list[dict[str
     scratch.mkdir(exist_ok=True)
     env["TMPDIR"] = str(scratch)
     done = subprocess.run(
-        [str(CODEX), "exec", "--json", "--skip-git-repo-check", prompt],
+        [str(CODEX), "exec", "--json", "--skip-git-repo-check", *flags, prompt],
         cwd=workdir,
         env={**env, "HOME": str(home), "CODEX_HOME": str(home)},
         stdin=subprocess.DEVNULL,
@@ -86,3 +94,26 @@ def test_codex_shell_loop_carries_its_sealed_reasoning(streamfold_url: str, tmp_
     real output (`prompt_contains`); the replay fails the response otherwise."""
     events = run_codex(streamfold_url, "codex_shell", "run echo streamfold-$((6*7))", tmp_path)
     assert [m["text"] for m in _items(events, "agent_message")] == [CODEX_FINAL]
+
+
+@pytest.mark.slow
+def test_codex_applies_a_patch_through_its_custom_tool(streamfold_url: str, tmp_path: Path) -> None:
+    """With a model of Codex's own catalog (`gpt-5.5`) Codex offers `apply_patch` as a
+    `custom` tool with a Lark grammar (and `tool_search`, `web_search`). The model's call comes
+    back as a `custom_tool_call` whose `input` is the raw patch; Codex applies it to the file
+    in its working directory (`--sandbox workspace-write`: its default sandbox is read-only)
+    and the second turn answers."""
+    notes = tmp_path / "notes.txt"
+    notes.write_text("title: streamfold\nstatus: draft\n", encoding="utf-8")
+    events = run_codex(
+        streamfold_url,
+        CODEX_PATCH_MODEL,
+        "mark notes.txt final",
+        tmp_path,
+        "--sandbox",
+        "workspace-write",
+    )
+    assert notes.read_text(encoding="utf-8") == "title: streamfold\nstatus: final\n"
+    assert [m["text"] for m in _items(events, "agent_message")] == [CODEX_PATCH_FINAL]
+    [change] = _items(events, "file_change")
+    assert change["status"] == "completed", change
