@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 import functools
 import importlib.util
+import logging
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from importlib import resources
 from pathlib import Path
@@ -33,7 +34,7 @@ from streamfold.statemachine._grammar import Grammar
 
 from ._loading import LoadingSource
 from .formats import HARMONY, ChatFormat
-from .replay_turns import conversation_turn, turn_files
+from .replay_turns import ROLE_MARKERS, conversation_turn, role_marker, turn_files
 
 __all__ = [
     "ENGINES",
@@ -50,6 +51,9 @@ __all__ = [
     "replay_engine",
     "require_engine",
 ]
+
+
+logger = logging.getLogger("streamfold.server")
 
 
 class UnknownModelError(StreamfoldError, LookupError):
@@ -70,7 +74,9 @@ class Engine:
     `format` renders the prompt and names the stop ids (`formats.ChatFormat`): the engine
     names its model family, the server does not guess it. `grammar` defaults to the format's
     grammar for every model; an engine that reads models differently (replay: each trace's
-    header names its grammar) gives its own.
+    header names its grammar) gives its own, and `format_for`, the chat format of a model
+    whose family is not `format`'s (replay: a think-tag conversation's own chat template);
+    the server asks `chat_format(model)`.
 
     `max_output_tokens` caps a request that sets none (None: no cap), so that a model that never
     stops (random weights, a degenerate loop) cannot hold the engine without end.
@@ -93,6 +99,12 @@ class Engine:
     enforces_constraints: bool = False
     #: The model names it serves, for `GET /v1/models`; None: it names none.
     models: Callable[[], Sequence[str]] | None = None
+    #: The chat format of a model by name (raises `UnknownModelError`); None: `format`.
+    format_for: Callable[[str], ChatFormat] | None = None
+
+    def chat_format(self, model: str) -> ChatFormat:
+        """The chat format `model` is prompted in: `format_for(model)`, else `format`."""
+        return self.format if self.format_for is None else self.format_for(model)
 
 
 class NotAnEngineError(StreamfoldError, TypeError):
@@ -128,11 +140,51 @@ def bundled_traces_dir() -> Path:
     return Path(str(resources.files("streamfold.specs").joinpath("traces")))
 
 
+@attrs.frozen
+class _Replayed:
+    """What replaying one model takes: a source per turn, the grammar that reads its tokens,
+    whether each turn's trace carries logprobs, and the chat format its prompts are in."""
+
+    sources: tuple[ReplaySource, ...]
+    grammar: Grammar
+    with_logprobs: tuple[bool, ...]
+    chat_format: ChatFormat
+
+
+def _template_format(conversation: Path, traces: Sequence[Any]) -> ChatFormat:
+    """A think-tag conversation's chat format: its directory is the model's (`tokenizer.json`,
+    `tokenizer_config.json` with the `chat_template`), and its traces' token ids come from
+    that `tokenizer.json`, so that each request is prompted as the model was."""
+    from .formats import ChatTemplateError, ChatTemplateFormat
+
+    own = (conversation / "tokenizer.json").resolve()
+    for trace in traces:
+        named = trace.header.get("tokenizer")
+        if not isinstance(named, str) or (conversation / named).resolve() != own:
+            raise TraceFormatError(
+                "a think-tag conversation directory is its model's directory: each turn's "
+                'header says "tokenizer": "tokenizer.json" (the one beside it, whose '
+                "tokenizer_config.json holds the chat template its prompts are rendered in)"
+            )
+    try:
+        chat_format = ChatTemplateFormat(conversation)
+        chat_format.load()
+    except ChatTemplateError as exc:
+        raise TraceFormatError(str(exc)) from exc
+    return chat_format
+
+
 class ReplayEngine:
     """Replays `DIR/<model>.jsonl` for a request whose model is `<model>`, or, when `DIR/<model>/`
     is a conversation directory (`0.jsonl`, `1.jsonl`, ...), the trace of the conversation's
     turn, so a client's tool loop ends with the recorded answer (`replay_turns.py`). A turn's
     header may list `prompt_contains`: texts its request's prompt must hold, else it fails.
+
+    A conversation is prompted in its own family's chat format: harmony for harmony traces; a
+    think-tag conversation (`"grammar": "thinktags"` turns) in its model's own chat template,
+    its directory being the model's (`tokenizer.json`, and `tokenizer_config.json` with a
+    `chat_template`: `_template_format`), so its prompts are what vLLM would have been sent
+    and its turns are read from them (ChatML's `<|im_start|>` roles).
 
     Traces are read once and kept; `delay` seconds pass before each chunk, to stand in for a
     real engine's pace.
@@ -148,7 +200,7 @@ class ReplayEngine:
         return sorted([*self.directory.models(), *conversations])
 
     @functools.cache  # noqa: B019 - one engine per server; traces are few and small
-    def _source(self, model: str) -> tuple[tuple[ReplaySource, ...], Grammar, tuple[bool, ...]]:
+    def _source(self, model: str) -> _Replayed:
         from streamfold.adapters.grammars import grammar_for
 
         served = self.models()
@@ -161,18 +213,30 @@ class ReplayEngine:
                 f"{listed or 'none'}"
             )
         conversation = self.directory.directory / model
+        chat_format: ChatFormat = HARMONY
         try:
             if conversation.is_dir():
                 traces = [read_trace(path) for path in turn_files(conversation)]
-                if any(t.header.get("grammar") != "harmony" for t in traces):
+                families = {t.header.get("grammar") for t in traces}
+                if families == {"thinktags"}:
+                    chat_format = _template_format(conversation, traces)
+                elif families != {"harmony"}:
                     raise TraceFormatError(
-                        "a conversation directory replays harmony traces only (turns are read "
-                        "from the harmony prompt)"
+                        "a conversation directory's turns are all harmony traces or all "
+                        "think-tag traces (turns are read from the prompt, in one chat format)"
+                    )
+                grammar = grammar_for(traces[0].header, conversation)
+                if role_marker(grammar.vocabulary) is None:
+                    raise TraceFormatError(
+                        "a conversation's turns are read from its prompt's role markers "
+                        f"({', '.join(ROLE_MARKERS)}), and its vocabulary has none"
                     )
             else:
                 traces = [self.directory.trace_for(model)]
-            grammar = grammar_for(traces[0].header, self.directory.directory)
+                grammar = grammar_for(traces[0].header, self.directory.directory)
         except TraceFormatError as exc:
+            # The client is told the model cannot be replayed; the operator, why (a path).
+            logger.warning("the trace of model %r cannot be replayed: %s", model, exc)
             raise UnknownModelError(f"the trace of model {model!r} cannot be replayed") from exc
         # Whether each trace carries logprobs: most do not, and their chunks then need no
         # wrapper to drop them (a check per chunk the server streams).
@@ -180,13 +244,18 @@ class ReplayEngine:
             any(c.logprobs is not None or c.top_logprobs is not None for c in t.chunks)
             for t in traces
         )
-        return tuple(ReplaySource(t, delay=self.delay) for t in traces), grammar, with_logprobs
+        sources = tuple(ReplaySource(t, delay=self.delay) for t in traces)
+        return _Replayed(sources, grammar, with_logprobs, chat_format)
 
     def grammar(self, model: str) -> Grammar:
-        return self._source(model)[1]
+        return self._source(model).grammar
+
+    def chat_format(self, model: str) -> ChatFormat:
+        return self._source(model).chat_format
 
     def generate(self, request: GenerationRequest) -> AsyncIterator[TokenChunk]:
-        sources, grammar, with_logprobs = self._source(request.model)
+        replayed = self._source(request.model)
+        sources, grammar = replayed.sources, replayed.grammar
         turn = 0
         if len(sources) > 1:
             turn = conversation_turn(request.prompt_token_ids, grammar.vocabulary)
@@ -203,16 +272,22 @@ class ReplayEngine:
             )
         chunks = sources[turn].generate(request)
         sampling = request.sampling
-        if sampling.logprobs or sampling.top_logprobs or not with_logprobs[turn]:
+        if sampling.logprobs or sampling.top_logprobs or not replayed.with_logprobs[turn]:
             return chunks
         # A recorded trace may carry logprobs; like a live engine, send them only when asked.
         return _without_logprobs(chunks)
 
     def engine(self) -> Engine:
-        """Prompts are rendered as harmony whatever a trace's grammar: a replayed trace does
-        not read its prompt, but for a conversation directory's turn, read from the harmony
-        prompt (`replay_turns.py`)."""
-        return Engine(source=self, format=HARMONY, grammar=self.grammar, models=self.models)
+        """Prompts are rendered as harmony, but a think-tag conversation's, in its model's chat
+        template (`chat_format`): a replayed single trace does not read its prompt, but a
+        conversation directory's turn is read from it (`replay_turns.py`)."""
+        return Engine(
+            source=self,
+            format=HARMONY,
+            format_for=self.chat_format,
+            grammar=self.grammar,
+            models=self.models,
+        )
 
 
 def _lacking(header: Any, prompt: Sequence[int], grammar: Grammar) -> str | None:

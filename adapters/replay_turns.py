@@ -24,15 +24,23 @@ from pathlib import Path
 
 from streamfold.statemachine import Vocabulary
 
-__all__ = ["TURN_FILE", "conversation_turn", "turn_files"]
+__all__ = ["ROLE_MARKERS", "TURN_FILE", "conversation_turn", "role_marker", "turn_files"]
 
 TURN_FILE = re.compile(r"(\d+)\.jsonl")
+#: The control tokens a message's role follows: harmony's, then ChatML's.
+ROLE_MARKERS = ("<|start|>", "<|im_start|>")
+
+
+def role_marker(vocabulary: Vocabulary) -> int | None:
+    """The id of the vocabulary's role marker (`ROLE_MARKERS`), or None when it has none (its
+    prompts' turns cannot be read)."""
+    return next((vocabulary.special[m] for m in ROLE_MARKERS if m in vocabulary.special), None)
 
 
 def _roles(prompt_token_ids: Sequence[int], vocabulary: Vocabulary) -> Iterator[bytes]:
-    """The role of each message: the text between a `<|start|>` control token and the next
-    control token, up to its first space (`functions.f to=assistant`)."""
-    start = vocabulary.special.get("<|start|>")
+    """The role of each message: the text between a role marker (`<|start|>`) and the next
+    control token, up to its first space (`functions.f to=assistant`) or line end."""
+    start = role_marker(vocabulary)
     header: bytearray | None = None
     for token in prompt_token_ids:
         text = vocabulary.bytes_of(token)  # checks the id
@@ -47,7 +55,7 @@ def _roles(prompt_token_ids: Sequence[int], vocabulary: Vocabulary) -> Iterator[
 
 
 def conversation_turn(prompt_token_ids: Sequence[int], vocabulary: Vocabulary) -> int:
-    """How many model turns a harmony prompt already holds."""
+    """How many model turns a prompt (harmony, or ChatML) already holds."""
     roles = list(_roles(prompt_token_ids, vocabulary))
     return sum(
         1

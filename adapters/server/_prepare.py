@@ -147,6 +147,7 @@ async def prepare(
     check_bodies(request)
     try:
         grammar = engine.grammar(request.model)
+        chat_format = engine.chat_format(request.model)
     except UnknownModelError as exc:
         raise RequestError(str(exc), param="model", status=404, code="model_not_found") from exc
     # A request that follows another renders the whole conversation: size it as such.
@@ -154,7 +155,7 @@ async def prepare(
     # An agent response's input is held to the same checks (time, size, max_input_tokens)
     # here, before it is accepted; the loop renders its prompts, tools included, through the
     # same renderer once its MCP servers have listed them.
-    request, prompt = await render_truncated(renderer, request, size)
+    request, prompt = await render_truncated(renderer, request, size, chat_format)
     prompts = None
     if agent is not None:
         prompt, prompts = (), renderer.prompts(request, size)
@@ -194,8 +195,8 @@ async def prepare(
         model=request.model,
         max_output_tokens=max_output_tokens,
         sampling=sampling,
-        stop_token_ids=engine.format.stop_token_ids(),
-        decoding=engine.format.constraint_for(request),
+        stop_token_ids=chat_format.stop_token_ids(),
+        decoding=chat_format.constraint_for(request),
     )
     if generation.decoding is not None and not engine.enforces_constraints:
         if id(engine) not in _unenforced:
@@ -223,7 +224,7 @@ async def prepare(
         agent=agent,
         prompts=prompts,
         after_call=(
-            None if agent is None else engine.format.constraint_for(request, after_call=True)
+            None if agent is None else chat_format.constraint_for(request, after_call=True)
         ),
         conversation_id=conversation,
         conversation_input=appended,

@@ -101,6 +101,7 @@ class _Worker:
     `uvicorn.run(create_app(...))` at the top of its script would start a second server."""
 
     def __init__(self, chat_format: ChatFormat) -> None:
+        self.chat_format = chat_format
         to_child, from_parent = os.pipe()
         to_parent, from_child = os.pipe()
         module = f"{__package__}._render_worker"
@@ -139,8 +140,8 @@ class _Worker:
 
 
 class Renderer:
-    """Renders prompts in the engine's chat format: inline when small, else in bounded, timed
-    worker processes."""
+    """Renders prompts in the engine's chat format (or a model's own, `render(chat_format=)`):
+    inline when small, else in bounded, timed worker processes, each rendering one format."""
 
     def __init__(self, limits: ServerLimits, chat_format: ChatFormat) -> None:
         self.limits = limits
@@ -148,22 +149,27 @@ class Renderer:
         self._idle: list[_Worker] = []
         self._slots = anyio.Semaphore(limits.render_workers)
 
-    async def render(self, request: CreateRequest, body_bytes: int) -> tuple[int, ...]:
-        """A request's prompt; raises `RequestError` (400) when it cannot be rendered in time or
-        is longer than `max_input_tokens`."""
-        return await self._render(_Prompt(request), body_bytes)
+    async def render(
+        self, request: CreateRequest, body_bytes: int, chat_format: ChatFormat | None = None
+    ) -> tuple[int, ...]:
+        """A request's prompt, in `chat_format` (None: the renderer's); raises `RequestError`
+        (400) when it cannot be rendered in time or is longer than `max_input_tokens`."""
+        return await self._render(_Prompt(request), body_bytes, chat_format=chat_format)
 
     def prompts(self, request: CreateRequest, body_bytes: int) -> AgentPrompts:
         """The agent loop's prompts for `request` (whose body is `body_bytes` long)."""
         return AgentPrompts(renderer=self, request=request, body_bytes=body_bytes)
 
-    async def _render(self, job: _Job, size: int, before: int = 0) -> tuple[int, ...]:
+    async def _render(
+        self, job: _Job, size: int, before: int = 0, chat_format: ChatFormat | None = None
+    ) -> tuple[int, ...]:
         """`job` rendered inline when `size` (its bytes, about) is small, else in a worker;
         `before`: the tokens of the prompt it extends (the limit counts them too)."""
+        chat_format = self.chat_format if chat_format is None else chat_format
         if size <= self.limits.inline_render_bytes:
-            result = _render_or_error(self.chat_format, job)
+            result = _render_or_error(chat_format, job)
         else:
-            result = await self._in_worker(job)
+            result = await self._in_worker(job, chat_format)
         if isinstance(result, RequestError):
             raise result
         if before + len(result) > self.limits.max_input_tokens:
@@ -175,13 +181,15 @@ class Renderer:
             )
         return result
 
-    async def _in_worker(self, job: _Job) -> tuple[int, ...] | RequestError:
+    async def _in_worker(
+        self, job: _Job, chat_format: ChatFormat
+    ) -> tuple[int, ...] | RequestError:
         timeout = self.limits.render_timeout_s
         async with self._slots:
-            worker = self._idle.pop() if self._idle else None
+            worker = self._idle_worker(chat_format)
             if worker is None or not worker.alive():
                 # Starting a worker imports the vocabulary (~1 s), once per worker.
-                worker = await anyio.to_thread.run_sync(_Worker, self.chat_format)
+                worker = await anyio.to_thread.run_sync(_Worker, chat_format)
             # Not cancellable: a render cannot be stopped half-way but by killing its worker,
             # and its result is waited for at most `timeout` seconds.
             result = await anyio.to_thread.run_sync(worker.call, job, timeout)
@@ -193,6 +201,13 @@ class Renderer:
                 )
             self._idle.append(worker)
             return result
+
+    def _idle_worker(self, chat_format: ChatFormat) -> _Worker | None:
+        """An idle worker of `chat_format` (the latest one idle), or None."""
+        for i in range(len(self._idle) - 1, -1, -1):
+            if self._idle[i].chat_format is chat_format:
+                return self._idle.pop(i)
+        return None
 
     def close(self) -> None:
         while self._idle:

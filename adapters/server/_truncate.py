@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import attrs
 
+from ..formats import ChatFormat
 from ..protocol import (
     CreateRequest,
     CustomToolCallInput,
@@ -56,12 +57,13 @@ def without_oldest(request: CreateRequest, count: int) -> CreateRequest:
 
 
 async def render_truncated(
-    renderer: Renderer, request: CreateRequest, size: int
+    renderer: Renderer, request: CreateRequest, size: int, chat_format: ChatFormat | None = None
 ) -> tuple[CreateRequest, tuple[int, ...]]:
-    """The request (truncated if it must be and may be) and its prompt; raises the renderer's
-    `RequestError` when the prompt does not fit and cannot be made to."""
+    """The request (truncated if it must be and may be) and its prompt, in `chat_format` (the
+    renderer's own when None); raises the renderer's `RequestError` when the prompt does not
+    fit and cannot be made to."""
     try:
-        return request, await renderer.render(request, size)
+        return request, await renderer.render(request, size, chat_format)
     except RequestError as exc:
         if request.truncation != "auto" or exc.code != _TOO_LONG:
             raise
@@ -74,7 +76,7 @@ async def render_truncated(
             middle = (low + high) // 2
             shorter = without_oldest(request, middle)
             try:
-                best = shorter, await renderer.render(shorter, size)
+                best = shorter, await renderer.render(shorter, size, chat_format)
                 high = middle - 1
             except RequestError as again:
                 if again.code != _TOO_LONG:
