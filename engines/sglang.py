@@ -257,6 +257,8 @@ class _OutputReader:
         }
         if finish is not None:
             fields.update(_finish(finish))
+            # The radix cache's hits for this prompt (`meta_info["cached_tokens"]`).
+            fields["cached_tokens"] = int(meta.get("cached_tokens") or 0)
         return TokenChunk(**fields)
 
     def _logprobs(

@@ -275,6 +275,8 @@ class _OutputReader:
         }
         if finish_reason is not None:
             fields.update(_finish(str(finish_reason), completion.stop_reason))
+            # vLLM's prefix-cache hits for this prompt (None where the engine keeps no count).
+            fields["cached_tokens"] = int(getattr(output, "num_cached_tokens", None) or 0)
         return TokenChunk(**fields)
 
     def _logprobs(

@@ -136,6 +136,8 @@ class Script:
     error: BaseException | None = None
     block_after: int | None = None
     waiting_abort_after: int | None = None
+    #: `meta_info["cached_tokens"]`: the prompt tokens the radix cache supplied.
+    cached_tokens: int = 0
 
 
 @dataclass
@@ -365,7 +367,7 @@ def _batch_outputs(
             "finish_reason": finish,
             "prompt_tokens": len(kwargs["input_ids"]),
             "completion_tokens": len(output_ids),
-            "cached_tokens": 0,
+            "cached_tokens": script.cached_tokens,
         }
         if kwargs.get("return_logprob"):
             meta["output_token_logprobs"] = token_lps[offset:] if incremental else token_lps

@@ -270,6 +270,7 @@ class RequestOutput:
         self.prompt_logprobs = prompt_logprobs
         self.outputs = outputs
         self.finished = finished
+        self.num_cached_tokens: int | None = kwargs.get("num_cached_tokens")
 
     def add(self, next_output: RequestOutput, aggregate: bool) -> None:
         self.finished |= next_output.finished
@@ -353,6 +354,8 @@ class Script:
     error: BaseException | None = None
     block_after: int | None = None
     flat_logprobs: bool = False
+    #: `RequestOutput.num_cached_tokens`: the prompt tokens the prefix cache supplied.
+    num_cached_tokens: int | None = None
 
 
 @dataclass
@@ -505,7 +508,10 @@ def _processor_outputs(
             finish_reason=finish,
             stop_reason=stop if finish is not None else None,
         )
-        return RequestOutput(request_id, None, [], None, [completion], finish is not None)
+        return RequestOutput(
+            request_id, None, [], None, [completion], finish is not None,
+            num_cached_tokens=script.num_cached_tokens,
+        )  # fmt: skip
 
     last = len(steps) - 1
     for index, step in enumerate(steps):

@@ -392,3 +392,16 @@ async def test_a_requests_grammar_goes_to_sglang_as_ebnf_from_the_first_token() 
     params = engine.calls[sglang_rid("r")]["sampling_params"]
     assert params["ebnf"] == 'start: "x"'
     assert params["custom_params"] == {"__sglang_reasoning_in_grammar": True}
+
+
+@pytest.mark.parametrize("incremental", [False, True])
+async def test_radix_cache_hits_reach_the_last_chunk(incremental: bool) -> None:
+    """`meta_info["cached_tokens"]` becomes the last chunk's `cached_tokens`, hence
+    `usage.input_tokens_details.cached_tokens` (issue 31: it was always 0 on SGLang)."""
+    engine = engine_for({"req-1": Script(steps=STEPS, cached_tokens=64)}, incremental=incremental)
+
+    chunks = await collect(SGLangTokenSource(engine), request())
+
+    assert tokens(chunks) == ALL
+    assert chunks[-1].cached_tokens == 64
+    assert all(chunk.cached_tokens == 0 for chunk in chunks[:-1])

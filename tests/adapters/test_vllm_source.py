@@ -347,3 +347,19 @@ async def test_a_requests_grammar_goes_to_vllm_as_structured_outputs() -> None:
     assert isinstance(constraint, StructuredOutputsParams) and constraint.grammar == grammar
     await collect(VLLMTokenSource(engine, api=API), request("q"))
     assert engine.params["q"].structured_outputs is None
+
+
+@pytest.mark.parametrize("output_kind", ["delta", "cumulative"])
+@pytest.mark.parametrize(("reported", "expected"), [(48, 48), (0, 0), (None, 0)])
+async def test_prefix_cache_hits_reach_the_last_chunk(
+    output_kind: str, reported: int | None, expected: int
+) -> None:
+    """`RequestOutput.num_cached_tokens` becomes the last chunk's `cached_tokens`, hence
+    `usage.input_tokens_details.cached_tokens` (issue 31: it was always 0 on vLLM)."""
+    engine = FakeAsyncLLM({"req-1": Script(steps=STEPS, num_cached_tokens=reported)})
+    source = VLLMTokenSource(engine, api=API, output_kind=output_kind)  # type: ignore[arg-type]
+
+    chunks = await collect(source, request())
+
+    assert chunks[-1].cached_tokens == expected
+    assert all(chunk.cached_tokens == 0 for chunk in chunks[:-1])
