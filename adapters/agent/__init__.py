@@ -13,7 +13,16 @@ from ._config import AgentConfig
 from ._mcp import ApprovalFilter, McpServerConfig, McpTool, McpToolInfo, ToolListError
 from ._python import PythonLimits, PythonTool
 from ._sandbox import SandboxUnavailable
-from ._tool import ItemKind, ListedTool, Tool, ToolInfo, ToolLimits, ToolResult, run_tool
+from ._tool import (
+    ItemKind,
+    ListedTool,
+    ReusesListing,
+    Tool,
+    ToolInfo,
+    ToolLimits,
+    ToolResult,
+    run_tool,
+)
 
 __all__ = [
     "AgentConfig",
@@ -28,6 +37,7 @@ __all__ = [
     "Page",
     "PythonLimits",
     "PythonTool",
+    "ReusesListing",
     "SandboxUnavailable",
     "SearchResult",
     "StaticBrowserBackend",

@@ -23,6 +23,7 @@ from ..protocol import (
     McpApprovalRequestInput,
     McpApprovalResponseInput,
     McpCallInput,
+    McpListToolsInput,
     McpParam,
     RequestError,
     ToolSearchParam,
@@ -32,7 +33,7 @@ from ._allow import AllowList, UrlRefused
 from ._browser import BrowserBackend, BrowserTool
 from ._mcp import ApprovalFilter, McpServerConfig, McpTool
 from ._python import PythonTool
-from ._tool import ListedTool, Tool, ToolLimits
+from ._tool import ListedTool, Tool, ToolInfo, ToolLimits
 
 __all__ = ["AgentConfig", "AgentRun", "Approval", "prepare_agent", "served_tools"]
 
@@ -107,6 +108,10 @@ class AgentRun:
     mcp: tuple[ListedTool, ...] = ()
     builtins: tuple[Tool, ...] = ()
     approvals: tuple[Approval, ...] = ()
+    #: Each MCP server's tools as the request's context last listed them (an
+    #: `mcp_list_tools` item without an error, by `server_label`): the loop does not ask
+    #: those servers again (`ReusesListing`), as the API does not.
+    listed: Mapping[str, tuple[ToolInfo, ...]] = attrs.Factory(dict)
     limits: ToolLimits = attrs.Factory(ToolLimits)
     max_tool_calls: int = 10
     max_iterations: int = DEFAULT_MAX_ITERATIONS
@@ -195,6 +200,34 @@ def _approvals(request: CreateRequest, own: int, labels: set[str]) -> list[Appro
             Approval(request=asked_for, approve=item.approve, reason=item.reason, param=param)
         )
     return approvals
+
+
+def _tool_info(entry: Mapping[str, object]) -> ToolInfo | None:
+    name, description = entry.get("name"), entry.get("description")
+    schema, annotations = entry.get("input_schema", {}), entry.get("annotations")
+    if not isinstance(name, str) or not isinstance(description, str | None):
+        return None
+    if not isinstance(schema, dict) or not isinstance(annotations, dict | None):
+        return None
+    return ToolInfo(
+        name=name, description=description, input_schema=schema, annotations=annotations
+    )
+
+
+def _listed(request: CreateRequest) -> dict[str, tuple[ToolInfo, ...]]:
+    """The tools of each server's last `mcp_list_tools` item in the request's context; a
+    server whose last listing failed, or holds an entry that is no tool, is not in it."""
+    items = request.input if isinstance(request.input, tuple) else ()
+    listed: dict[str, tuple[ToolInfo, ...]] = {}
+    for item in items:
+        if not isinstance(item, McpListToolsInput):
+            continue
+        infos = [_tool_info(entry) for entry in item.tools]
+        if item.error is None and None not in infos:
+            listed[item.server_label] = tuple(info for info in infos if info is not None)
+        else:
+            listed.pop(item.server_label, None)
+    return listed
 
 
 def _unserved(config: AgentConfig, tool: object) -> str | None:
@@ -292,6 +325,7 @@ def prepare_agent(request: CreateRequest, config: AgentConfig, own: int) -> Agen
         mcp=tuple(mcp),
         builtins=tuple(builtins),
         approvals=tuple(_approvals(request, own, {t.namespace for t in mcp})),
+        listed=_listed(request),
         limits=config.limits,
         max_tool_calls=min(limit, request.max_tool_calls or limit),
         max_iterations=config.max_iterations,

@@ -15,8 +15,10 @@ decision; the reducer's pure calls do. The phases:
 2. *Listing*: each MCP server's tools, one server after another, each `mcp_list_tools` item
    sent in progress before its server is asked (bounded by the MCP connect timeout and the
    call limit). A server that fails is listed with its error and not offered to the model;
-   the response goes on. One `ListToolsStep` per MCP server. A response that ends while a
-   server lists ends that item failed first.
+   the response goes on. One `ListToolsStep` per MCP server listed. A response that ends
+   while a server lists ends that item failed first. A server whose tools the request's
+   context already lists (an earlier `mcp_list_tools` item: an approval follow-up, a later
+   turn) is not asked again and gets no new item, as the API does (`AgentRun.listed`).
 3. *Approvals*: each approved `mcp_approval_response` of the request runs its call
    (`ApprovedCallStep` -> tool -> `ToolResultStep`); a declined one tells the model so.
 4. *Generations*: the prompt is rendered by `prompts` (the server's renderer: worker
@@ -78,7 +80,7 @@ from ..formats import (
 from ..protocol import CreateRequest
 from ._config import AgentRun
 from ._mcp import describe_error
-from ._tool import ListedTool, ToolInfo, ToolResult, run_tool
+from ._tool import ListedTool, ReusesListing, ToolInfo, ToolResult, run_tool
 
 __all__ = ["LIMIT_REASON", "AgentGeneration", "InlinePrompts", "Prompts", "generation_for"]
 
@@ -159,6 +161,9 @@ class AgentGeneration:
         # The listing in progress (its label and the events sent), and the steps of those done.
         self._listing: tuple[str, list[Event]] | None = None
         self._steps: list[ListToolsStep] = []
+        # Each MCP server's tools (listed now, or taken from the context's earlier listing),
+        # or why it could not be listed.
+        self._tools_of: dict[str, tuple[ToolInfo, ...] | str] = {}
         self.finished_with: tuple[FinishReason, str | None] | None = None
 
     @property
@@ -226,8 +231,13 @@ class AgentGeneration:
         approval policies do depend on the listing, and `start` takes them: the state is
         begun again with them once every server is listed, and the steps applied again (no
         event goes out twice: `start`'s and `list_tools`'s do not depend on the policies)."""
-        listed: dict[str, tuple[ToolInfo, ...] | str] = {}
+        listed = self._tools_of
         for tool in self.run.mcp:
+            earlier = self.run.listed.get(tool.namespace)
+            if earlier is not None and isinstance(tool, ReusesListing):
+                if tool.reuse_listing(earlier):
+                    listed[tool.namespace] = earlier
+                    continue
             state = self.driver.state
             assert state is not None
             _, ahead = list_tools(state, tool.namespace)
@@ -351,7 +361,7 @@ class AgentGeneration:
         yield self.driver.open(self._server_tools({}))
         async for events in self._listings():
             yield events
-        listed = {step.server_label for step in self._steps if step.error is None}
+        listed = {label for label, tools in self._tools_of.items() if not isinstance(tools, str)}
         namespaces = [tool.describe() for tool in self.run.builtins] + [
             tool.describe() for tool in self.run.mcp if tool.namespace in listed
         ]

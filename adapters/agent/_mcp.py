@@ -322,6 +322,19 @@ class McpTool:
         self.tools = tuple(info for info in listed if self._allowed(info))
         return self.tools
 
+    def reuse_listing(self, tools: tuple[McpToolInfo, ...]) -> bool:
+        """An earlier `mcp_list_tools` item's tools, held to the bounds and filters a listing
+        is (a stateless client sends that item back itself); False where they fail them."""
+        limits = self.limits
+        try:
+            chars = sum(check_tool(info, limits) for info in tools)
+        except ListingTooLarge:
+            return False
+        if chars > limits.listing_chars or len(tools) > limits.max_tools:
+            return False
+        self.tools = tuple(info for info in tools if self._allowed(info))
+        return True
+
     def needs_approval(self, name: str) -> bool:
         policy = self.config.require_approval
         return policy == "always" if isinstance(policy, str) else policy.needs(name)

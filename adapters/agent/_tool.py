@@ -28,6 +28,7 @@ from streamfold.statemachine._kinds import CallKind
 __all__ = [
     "ItemKind",
     "ListedTool",
+    "ReusesListing",
     "Tool",
     "ToolInfo",
     "ToolLimits",
@@ -121,6 +122,19 @@ class ListedTool(Tool, Protocol):
 
     def needs_approval(self, name: str) -> bool:
         """Whether a call to `name` waits for the client's `mcp_approval_response`."""
+
+
+@runtime_checkable
+class ReusesListing(Protocol):
+    """A listed tool that can take its functions from an earlier `mcp_list_tools` item
+    instead of being asked again: as the API does, a request whose context (its input, or
+    what `previous_response_id` brings) holds that item is not listed anew (an approval
+    follow-up included). `McpTool` does; a connector that does not is listed every time."""
+
+    def reuse_listing(self, tools: tuple[ToolInfo, ...]) -> bool:
+        """Keep `tools` (as `list_tools` keeps its own, filtered the same way) and say True;
+        False, keeping nothing, where they do not pass the tool's own checks (it is then
+        listed again)."""
 
 
 def _cut(text: str, limit: int) -> str:

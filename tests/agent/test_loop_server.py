@@ -284,8 +284,10 @@ def test_approval(agent_server: AgentServer) -> None:
         ],
     )
     assert answered.status == "completed"
-    assert _types(answered) == ["mcp_list_tools", "mcp_call", "message"]
-    call = answered.output[1]
+    # Issue 31: the follow-up listed the server's tools again. The API does not while the
+    # context (here the asking response, by previous_response_id) holds its mcp_list_tools.
+    assert _types(answered) == ["mcp_call", "message"]
+    call = answered.output[0]
     assert (call.output, call.approval_request_id) == ("42", request.id)
     assert agent_server.mcp.calls[len(calls) :] == ["add(20,22)"]
     prompt = agent_server.source.prompts("answer")[0]
@@ -392,3 +394,27 @@ def test_required_forces_the_first_call_and_relaxes_after_the_server_ran_it(
     assert first.decoding is not None and "final:" not in first.decoding.grammar
     assert "to=python" in first.decoding.grammar
     assert after.decoding is None  # auto with free tools: nothing to enforce
+
+
+def test_a_listing_in_the_context_is_not_asked_for_again(agent_server: AgentServer) -> None:
+    """Issue 31: every request listed its MCP servers' tools again. The API does not while the
+    request's context holds the server's `mcp_list_tools` item ("As long as the mcp_list_tools
+    item is present in the context of an API request, the API will not fetch a list of tools
+    from the MCP server again", the remote MCP guide): here a stateless client sends the item
+    back. Its tools are still held to the request's `allowed_tools`."""
+    _, first = stream(agent_server, model="two_calls", tools=[agent_server.mcp_tool()])
+    listing = first.output[0].model_dump(exclude_none=True)
+    assert listing["type"] == "mcp_list_tools"
+    turn = [{"role": "user", "content": "And the weather again?"}]
+    only_weather = agent_server.mcp_tool(allowed_tools=["weather"])
+    _, second = stream(
+        agent_server, model="follow_up", input=[listing, *turn], tools=[only_weather]
+    )
+    assert _types(second) == ["message"]
+    prompt = agent_server.source.prompts("follow_up")[-1]
+    assert "type weather = " in prompt and "type add = " not in prompt
+    # A listing that failed is no listing: the server is asked again.
+    failed = {**listing, "tools": [], "error": "the server was down"}
+    _, third = stream(agent_server, model="follow_up", input=[failed, *turn], tools=[only_weather])
+    assert _types(third) == ["mcp_list_tools", "message"]
+    assert [tool.name for tool in third.output[0].tools] == ["weather"]
