@@ -94,6 +94,44 @@ async def test_agents_function_tool_loop_ends_with_the_answer(agents: Any, strea
 @pytest.mark.anyio
 @pytest.mark.parametrize("anyio_backend", ["asyncio"])
 @pytest.mark.parametrize("streaming", [False, True])
+async def test_agents_websocket_model_runs_the_tool_loop_over_one_socket(
+    streamfold_url: str, streaming: bool
+) -> None:
+    """Issue 32: the Agents SDK's `OpenAIResponsesWSModel` (WebSocket mode, which has no HTTP
+    fallback: its model calls are `response.create` messages on `/v1/responses` upgraded) runs
+    the weather tool loop: two generations on one connection, the tool's output between."""
+    _need("agents", "openai-agents")
+    import agents
+    from openai import AsyncOpenAI
+
+    agents.set_tracing_disabled(True)
+    client = AsyncOpenAI(base_url=streamfold_url, api_key="unused", max_retries=0)
+    model = agents.OpenAIResponsesWSModel(model="weather", openai_client=client)
+    weather = agents.Agent(
+        name="assistant", instructions="Be brief.", model=model, tools=[_weather_tool(agents)]
+    )
+    try:
+        if streaming:
+            result = agents.Runner.run_streamed(weather, "What is the weather in Paris?")
+            [_ async for _ in result.stream_events()]
+        else:
+            result = await agents.Runner.run(weather, "What is the weather in Paris?")
+        socket = model._ws_connection  # the one connection both generations used
+    finally:
+        await model.close()
+        await client.close()
+    assert socket is not None
+    assert result.final_output == WEATHER_FINAL
+    assert len(result.raw_responses) == 2  # the call, then the answer
+    outputs = [item for item in result.new_items if item.type == "tool_call_output_item"]
+    assert [json.loads(item.output) for item in outputs] == [
+        {"city": "Paris", "temperature": "22C"}
+    ]
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize("anyio_backend", ["asyncio"])
+@pytest.mark.parametrize("streaming", [False, True])
 async def test_agents_failed_response_raises_with_its_message(agents: Any, streaming: bool) -> None:
     sdk, agent = agents
     with pytest.raises(sdk.exceptions.AgentsException, match=BROKEN_ERROR):
