@@ -23,7 +23,9 @@ one body write per event); HTTP `h11` or `httptools` (uvicorn's parsers; streamf
 header timeout, as `serve` runs them), or `granian` (granian's embedded ASGI server in place of
 uvicorn, where granian is installed: `pip install granian`); LOOP `asyncio` or `uvloop`;
 `streamfold-ws` is the same server loaded over WebSockets (each concurrent client one socket, its
-responses one after another, `responses.connect()`'s messages); `streamfold@DIR` imports streamfold
+responses one after another, `responses.connect()`'s messages, from a raw-socket client as
+light as the SSE one; the report gives its events/s and CPU per event against the first
+`streamfold` contender's, same rounds); `streamfold@DIR` imports streamfold
 from DIR (an A/B against a baseline installed there with `pip install --no-deps --target DIR
 <checkout>`). A bare name runs the stack `streamfold serve` uses (httptools and uvloop when
 installed). vLLM itself runs uvicorn with httptools and uvloop. By default each request has a
@@ -34,6 +36,11 @@ repository root:
     python benchmarks/bench_server.py [--concurrency 10 200] [--streams 2000] [--rounds 3]
         [--tokens 100] [--store sqlite|memory] [--keep-alive]
         [--contenders streamfold peer:httptools:uvloop]
+
+WebSocket against SSE (and against a baseline checkout, installed as above):
+
+    python benchmarks/bench_server.py --contenders streamfold streamfold-ws \
+        [streamfold-ws@DIR] --concurrency 10 200 --rounds 5
 """
 
 from __future__ import annotations
@@ -84,12 +91,14 @@ def serve(args: argparse.Namespace) -> None:
 
     server, http, loop = args.serve.split(":")
     protocol: Any = None if http == "default" else http
+    ws: Any = "auto"
     if server == "peer":
         sys.path.insert(0, str(Path(__file__).resolve().parent))
         from vllm_peer_server import create_peer_app
 
         app: Any = create_peer_app(args.traces / "bench.jsonl")
     else:
+        import streamfold.adapters.server as server_module
         from streamfold.adapters.registry import ReplayEngine
         from streamfold.adapters.server import (
             MemoryEventStore,
@@ -110,6 +119,8 @@ def serve(args: argparse.Namespace) -> None:
             None if http == "granian" else uvicorn_http(ServerLimits().header_timeout_s, parser)
         )
         tune_gc_for_serving()  # as `streamfold serve` does before it serves
+        # `streamfold serve`'s WebSocket protocol (a baseline from before it: uvicorn's own).
+        ws = getattr(server_module, "SocketFramesProtocol", "auto")
     serving = contextlib.nullcontext() if server == "peer" else serving_asyncio()
     if http == "granian":
         _serve_granian(app, args.port, loop, serving)
@@ -121,6 +132,7 @@ def serve(args: argparse.Namespace) -> None:
             port=args.port,
             log_level="warning",
             access_log=False,
+            ws=ws,
             **({} if protocol is None else {"http": protocol}),
             **({} if loop == "default" else {"loop": loop}),
         )
@@ -220,35 +232,79 @@ async def kept_streams(port: int, count: int, results: list[tuple[float, float, 
 
 
 _TERMINAL = (
-    b'"type":"response.completed"',
-    b'"type":"response.failed"',
-    b'"type":"response.incomplete"',
+    b'{"type":"response.completed"',
+    b'{"type":"response.failed"',
+    b'{"type":"response.incomplete"',
 )
+_EVENT = b'{"type":"response.'  # how every event's JSON begins (none of its text has it raw)
+
+
+def _client_frame(text: str) -> bytes:
+    """`text` as a client's WebSocket text frame (RFC 6455: a client masks its frames; the mask
+    is fixed here, which only a proxy's cache poisoning would care about)."""
+    payload = text.encode()
+    mask = b"\x01\x02\x03\x04"
+    size = len(payload)
+    if size < 126:
+        header = bytes((0x81, 0x80 | size))
+    elif size < 65536:
+        header = bytes((0x81, 0x80 | 126)) + size.to_bytes(2, "big")
+    else:
+        header = bytes((0x81, 0x80 | 127)) + size.to_bytes(8, "big")
+    return header + mask + bytes(b ^ mask[i % 4] for i, b in enumerate(payload))
+
+
+_UPGRADE = (
+    b"GET /v1/responses HTTP/1.1\r\nHost: 127.0.0.1\r\nUpgrade: websocket\r\n"
+    b"Connection: Upgrade\r\nSec-WebSocket-Key: c3RyZWFtZm9sZC1iZW5jaA==\r\n"
+    b"Sec-WebSocket-Version: 13\r\n\r\n"
+)
+_CREATE = _client_frame(json.dumps({"type": "response.create", "model": "bench", "input": "hi"}))
+
+
+def _payload_size(received: bytearray, start: int) -> int:
+    """The payload size of the server's frame whose payload begins at `start`, read from its
+    header (2, 4 or 10 bytes before; the byte before a 2-byte header is a JSON's `}`)."""
+    if start >= 10 and received[start - 10] == 0x81 and received[start - 9] == 127:
+        return int.from_bytes(received[start - 8 : start], "big")
+    if start >= 4 and received[start - 4] == 0x81 and received[start - 3] == 126:
+        return int.from_bytes(received[start - 2 : start], "big")
+    return received[start - 1]
 
 
 async def socket_streams(port: int, count: int, results: list[tuple[float, float, int]]) -> None:
     """`count` responses one after another on one WebSocket (`/v1/responses` upgraded, as
     openai-python's `responses.connect()` opens it): each a `response.create` message, each
-    event one message, up to the terminal one. No per-message compression (a client offers it
-    or not; the websockets client offers it by default)."""
-    from websockets.asyncio.client import connect
-
-    create = json.dumps({"type": "response.create", "model": "bench", "input": "hi"})
-    url = f"ws://127.0.0.1:{port}/v1/responses"
-    async with connect(url, compression=None, max_size=None) as socket:
+    event one message, up to the terminal one. A minimal raw-socket client as the SSE one is
+    (the handshake written by hand, no compression offered, frames not parsed: events counted
+    by how their JSON begins), so the load generator costs far less than the server (the
+    `websockets` library parsed each frame in Python, a slower reader than the SSE client,
+    whose back-pressure then cost the server more)."""
+    async with await anyio.connect_tcp("127.0.0.1", port) as stream:
+        await stream.send(_UPGRADE)
+        received = bytearray()
+        while b"\r\n\r\n" not in received:
+            received += await stream.receive(1 << 16)
+        head, _, rest = bytes(received).partition(b"\r\n\r\n")
+        if not head.startswith(b"HTTP/1.1 101"):
+            raise RuntimeError(f"the upgrade was refused: {head[:200]!r}")
         for _ in range(count):
             t0 = time.perf_counter()
             first = None
-            events = 0
-            await socket.send(create)
-            while True:
-                data = await socket.recv(decode=False)
-                events += 1
+            received = bytearray(rest)
+            await stream.send(_CREATE)
+            ended = -1
+            while ended < 0:
+                start = max(0, len(received) - 40)
+                received += await stream.receive(1 << 16)
                 if first is None:
                     first = time.perf_counter() - t0
-                if data.startswith(_TERMINAL, 1):
-                    break
-            results.append((first, time.perf_counter() - t0, events))
+                ended = max(received.find(t, start) for t in _TERMINAL)
+            end = ended + _payload_size(received, ended)  # the terminal frame, whole
+            while len(received) < end:
+                received += await stream.receive(1 << 16)
+            rest = bytes(received[end:])  # nothing, as nothing follows until the next create
+            results.append((first, time.perf_counter() - t0, received.count(_EVENT)))
 
 
 async def run_level(

@@ -580,6 +580,10 @@ static PyMethodDef methods[] = {
      "row_frames(rows)\n--\n\n"
      "b''.join(f'event: {type}\\ndata: {data}\\n\\n'.encode() for _, type, data in rows): the SSE "
      "frames of log rows, one bytes object."},
+    {"row_socket_frames", speedups_row_socket_frames, METH_VARARGS,
+     "row_socket_frames(rows, suffix)\n--\n\n"
+     "The WebSocket text frames (unmasked, final) of log rows, one bytes object: each row's data "
+     "as one message, its closing brace replaced by `suffix` when that is not empty."},
     {"rows_numbered", speedups_rows_numbered, METH_VARARGS,
      "rows_numbered(reference, rows, first)\n--\n\n"
      "[row[0] for row in rows] == list(range(first, first + len(rows))), in one pass; "

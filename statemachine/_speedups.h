@@ -14,6 +14,7 @@ PyObject *speedups_json_line(PyObject *module, PyObject *event);
 PyObject *speedups_configure_json_line(PyObject *module, PyObject *args);
 PyObject *speedups_event_rows(PyObject *module, PyObject *args);
 PyObject *speedups_row_frames(PyObject *module, PyObject *rows);
+PyObject *speedups_row_socket_frames(PyObject *module, PyObject *args);
 PyObject *speedups_rows_numbered(PyObject *module, PyObject *args);
 PyObject *speedups_last_of_kinds(PyObject *module, PyObject *args);
 

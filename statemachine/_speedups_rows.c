@@ -1,5 +1,6 @@
 /* Log rows, `(sequence_number, type, data)` tuples as `event_rows` makes them (the server's
- * `EventRecord`s): their SSE frames in one bytes object (`row_frames`), and the two scans the
+ * `EventRecord`s): their SSE frames in one bytes object (`row_frames`), their WebSocket frames
+ * likewise (`row_socket_frames`), and the two scans the
  * stores make of every batch they log (`rows_numbered`, `last_of_kinds`), one pass each
  * without a Python call per row. The scans take their Python reference first (bound once with
  * `functools.partial`, `statemachine/_accel.py`) and hand it any batch holding a row that is
@@ -105,6 +106,102 @@ speedups_row_frames(PyObject *module, PyObject *rows)
         Py_XDECREF(owned[1]);
     }
     return frames;
+}
+
+/* The WebSocket frame header of an unmasked, final text frame of `size` payload bytes (RFC
+ * 6455 5.2: the length in 7 bits, or 126 and 16 bits, or 127 and 64 bits); its length. */
+static Py_ssize_t
+socket_header(unsigned char *out, Py_ssize_t size)
+{
+    out[0] = 0x81;
+    if (size < 126) {
+        out[1] = (unsigned char)size;
+        return 2;
+    }
+    if (size < 65536) {
+        out[1] = 126;
+        out[2] = (unsigned char)(size >> 8);
+        out[3] = (unsigned char)size;
+        return 4;
+    }
+    out[1] = 127;
+    for (int i = 0; i < 8; i++) {
+        out[2 + i] = (unsigned char)((unsigned long long)size >> (56 - 8 * i));
+    }
+    return 10;
+}
+
+PyObject *
+speedups_row_socket_frames(PyObject *module, PyObject *args)
+{
+    (void)module;
+    PyObject *rows, *suffix;
+    if (!PyArg_ParseTuple(args, "O!U:row_socket_frames", &PyList_Type, &rows, &suffix)) {
+        return NULL;
+    }
+    PyObject *suffix_owned;
+    Py_ssize_t suffix_size;
+    const char *suffix_text = utf8_of(suffix, &suffix_size, &suffix_owned);
+    if (suffix_text == NULL) {
+        return NULL;
+    }
+    /* With a suffix, each payload is the data less its last character (the JSON object's
+     * closing brace, one byte: checked) and then the suffix. */
+    Py_ssize_t trim = suffix_size > 0 ? 1 : 0;
+    Py_ssize_t n = PyList_GET_SIZE(rows);
+    Py_ssize_t size = 0;
+    /* First pass: the size (and every row checked) before anything is written. */
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *row = PyList_GET_ITEM(rows, i);
+        if (!PyTuple_Check(row) || PyTuple_GET_SIZE(row) != 3) {
+            PyErr_SetString(PyExc_TypeError,
+                            "row_socket_frames: each row must be a (sequence_number, type, data) "
+                            "tuple");
+            goto fail;
+        }
+        PyObject *data = PyTuple_GET_ITEM(row, 2);
+        PyObject *owned;
+        Py_ssize_t part;
+        if (utf8_of(data, &part, &owned) == NULL) {
+            goto fail;
+        }
+        Py_XDECREF(owned);
+        Py_ssize_t length = PyUnicode_GET_LENGTH(data);
+        if (trim && (length == 0 || PyUnicode_READ_CHAR(data, length - 1) != '}')) {
+            PyErr_SetString(PyExc_ValueError,
+                            "row_socket_frames: with a suffix, each row's data must be a JSON "
+                            "object (end with '}')");
+            goto fail;
+        }
+        Py_ssize_t payload = part - trim + suffix_size;
+        size += payload + (payload < 126 ? 2 : payload < 65536 ? 4 : 10);
+    }
+    PyObject *frames = PyBytes_FromStringAndSize(NULL, size);
+    if (frames == NULL) {
+        goto fail;
+    }
+    unsigned char *out = (unsigned char *)PyBytes_AS_STRING(frames);
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *owned;
+        Py_ssize_t part;
+        const char *data = utf8_of(PyTuple_GET_ITEM(PyList_GET_ITEM(rows, i), 2), &part, &owned);
+        if (data == NULL) {  /* cannot happen: the first pass read the same */
+            Py_DECREF(frames);
+            goto fail;
+        }
+        part -= trim;
+        out += socket_header(out, part + suffix_size);
+        memcpy(out, data, part);
+        out += part;
+        memcpy(out, suffix_text, suffix_size);
+        out += suffix_size;
+        Py_XDECREF(owned);
+    }
+    Py_XDECREF(suffix_owned);
+    return frames;
+fail:
+    Py_XDECREF(suffix_owned);
+    return NULL;
 }
 
 /* A row the scans read themselves: a tuple of at least two items, an exact int and a str. */

@@ -250,6 +250,7 @@ def run_serve(args: argparse.Namespace) -> int:
         MemoryEventStore,
         ReasoningKeyError,
         ReasoningKeys,
+        SocketFramesProtocol,
         SQLiteEventStore,
         create_app,
         serving_asyncio,
@@ -332,6 +333,7 @@ def run_serve(args: argparse.Namespace) -> int:
             log_level=args.log_level,
             timeout_graceful_shutdown=10,
             http=uvicorn_http(limits.header_timeout_s),
+            ws=SocketFramesProtocol,  # WebSocket mode's events in one write per batch
             limit_concurrency=args.limit_concurrency,
         )
         _say_where(sock)

@@ -4,7 +4,8 @@ Needs the `server` extra (starlette, uvicorn). `create_app(engine, store=...)` i
 `ENGINES` maps `--engine` names to engine factories; `EventStore` is the event-log interface,
 with `MemoryEventStore` and `SQLiteEventStore`. `ServerLimits` bounds what one request may
 cost; serve the app with `uvicorn_http(limits.header_timeout_s)` as uvicorn's `http` protocol
-for the header timeout (httptools when installed, else h11; `Parser` names one).
+for the header timeout (httptools when installed, else h11; `Parser` names one), and
+`SocketFramesProtocol` as its `ws` protocol for WebSocket mode at SSE's cost per event.
 """
 
 from ..formats import render_prompt, stop_token_ids
@@ -25,6 +26,7 @@ from ._limits import ServerLimits
 from ._prepare import Prepared
 from ._reasoning_keys import KEY_ENV, ReasoningKeyError, ReasoningKeys
 from ._service import ResponseService, ServiceNotRunningError
+from ._socket_protocol import SocketFramesProtocol
 from ._sqlite import SQLiteEventStore, StoreLockedError
 from ._sse import EventStreamResponse
 from ._store import (
@@ -59,6 +61,7 @@ __all__ = [
     "SQLiteEventStore",
     "ServerLimits",
     "ServiceNotRunningError",
+    "SocketFramesProtocol",
     "StoreError",
     "StoreLockedError",
     "StoredResponse",

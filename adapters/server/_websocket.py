@@ -36,12 +36,14 @@ from starlette.types import Receive, Scope, Send
 from starlette.websockets import WebSocket, WebSocketDisconnect
 
 from streamfold.adapters.driver import Generation
+from streamfold.statemachine._accel import row_socket_frames
 
 from ..protocol import RequestError
 from ._conversation import carried_items
 from ._limits import ServerLimits, decode_body
 from ._prepare import Prepared
 from ._service import ResponseService
+from ._socket_protocol import FRAMES
 from ._store import EventRecord, records_of
 
 __all__ = ["RECENT", "responses_socket"]
@@ -65,23 +67,28 @@ def socket_error(exc: RequestError, lane: str | None = None) -> dict[str, Any]:
 
 class _Endpoint:
     """The `/v1/responses` WebSocket endpoint (see the module docstring), an ASGI app: events
-    go out through the server's own `send`, one message each, without starlette's wrapper
-    (checks and a coroutine more per event)."""
+    go out through the server's own `send`, without starlette's wrapper (checks and a
+    coroutine more per event): each batch as frames built here, in one write, where the server
+    takes them (`streamfold serve`'s protocol, `_socket_protocol.py`), else one message each."""
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         websocket = WebSocket(scope, receive, send)
         await websocket.accept()
-        await _Connection(websocket.app.state.streamfold, websocket, send).serve()
+        frames = FRAMES in (scope.get("extensions") or {})
+        await _Connection(websocket.app.state.streamfold, websocket, send, frames).serve()
 
 
 responses_socket = _Endpoint()
 
 
 class _Connection:
-    def __init__(self, service: ResponseService, websocket: WebSocket, send: Send) -> None:
+    def __init__(
+        self, service: ResponseService, websocket: WebSocket, send: Send, frames: bool
+    ) -> None:
         self.service = service
         self.websocket = websocket
         self.send = send
+        self.frames = frames  # the server takes built frames (`_socket_protocol.FRAMES`)
         self.lanes: dict[str | None, MemoryObjectSendStream[Create]] = {}
         self.recent: OrderedDict[str, list[Any]] = OrderedDict()
 
@@ -170,9 +177,12 @@ class _Connection:
             self.recent.popitem(last=False)
 
     async def _send_records(self, records: list[EventRecord], suffix: str) -> None:
-        """One text message per event (with the lane's `stream_id`, when it has one)."""
+        """One text message per event (with the lane's `stream_id`, when it has one): a batch's
+        frames in one write where the server takes frames, else one ASGI message each."""
         send = self.send
-        if suffix:
+        if self.frames:
+            await send({"type": FRAMES, "frames": row_socket_frames(records, suffix)})
+        elif suffix:
             for record in records:
                 await send({"type": "websocket.send", "text": record.data[:-1] + suffix})
         else:

@@ -11,15 +11,22 @@ from typing import Any
 
 import uvicorn
 
-from streamfold.adapters.server import Parser, uvicorn_http
+from streamfold.adapters.server import Parser, SocketFramesProtocol, uvicorn_http
 
 
 @contextlib.contextmanager
-def serve(app: Any, *, header_timeout_s: float = 10.0, parser: Parser = "auto") -> Iterator[str]:
+def serve(
+    app: Any,
+    *,
+    header_timeout_s: float = 10.0,
+    parser: Parser = "auto",
+    ws: Any = SocketFramesProtocol,
+) -> Iterator[str]:
     """Serve `app` until the block ends; yields the base URL (`http://127.0.0.1:PORT`).
 
     Served as `streamfold serve` serves it: with the header timeout of `uvicorn_http` (and its
-    HTTP parser, unless `parser` names one)."""
+    HTTP parser, unless `parser` names one), and its WebSocket protocol (unless `ws` names
+    another of uvicorn's, such as `"websockets-sansio"`)."""
     sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     sock.bind(("127.0.0.1", 0))
@@ -30,6 +37,7 @@ def serve(app: Any, *, header_timeout_s: float = 10.0, parser: Parser = "auto") 
         lifespan="on",
         timeout_graceful_shutdown=5,
         http=uvicorn_http(header_timeout_s, parser),
+        ws=ws,
     )
     server = uvicorn.Server(config)
     thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)

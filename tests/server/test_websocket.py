@@ -22,10 +22,12 @@ from websockets.sync.client import connect
 from websockets.typing import Origin
 
 from streamfold.adapters.registry import ReplayEngine
-from streamfold.adapters.server import create_app
+from streamfold.adapters.server import SocketFramesProtocol, create_app
+from streamfold.adapters.server._socket_protocol import FRAMES
 from streamfold.engines import TokenChunk, dump_trace
 from streamfold.specs import check
 from streamfold.statemachine import parse_sse
+from streamfold.statemachine._accel import row_socket_frames
 
 from .helpers import GREETING, LONG_ANSWER, encode, write_traces
 from .serving import serve
@@ -34,11 +36,14 @@ KEY_A, KEY_B = "sk-alice-0123456789", "sk-bob-9876543210"
 SECOND = "<|channel|>final<|message|>You said hello before.<|return|>"
 
 
-@pytest.fixture(scope="module")
-def url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+@pytest.fixture(scope="module", params=["frames", "messages"])
+def url(tmp_path_factory: pytest.TempPathFactory, request: pytest.FixtureRequest) -> Iterator[str]:
+    """The server as `streamfold serve` runs it (its protocol takes each batch's frames in one
+    write), and on uvicorn's own protocol (one ASGI message per event): the same messages."""
     root = write_traces(tmp_path_factory.mktemp("ws"), {"greeting": GREETING, "long": LONG_ANSWER})
     write_traces(root / "chat", {"0": GREETING, "1": SECOND})
-    with serve(create_app(ReplayEngine(root).engine())) as base:
+    ws = SocketFramesProtocol if request.param == "frames" else "websockets-sansio"
+    with serve(create_app(ReplayEngine(root).engine()), ws=ws) as base:
         yield base
 
 
@@ -250,3 +255,36 @@ def test_a_lane_may_fork_from_another_lanes_response(url: str) -> None:
         p["text"] for item in second["output"] if item["type"] == "message" for p in item["content"]
     ]
     assert text == ["You said hello before."]
+
+
+def test_the_frames_protocol_writes_an_apps_frames_and_declares_itself() -> None:
+    """`SocketFramesProtocol` (what `streamfold serve` runs): an app that finds the extension
+    in its scope sends several messages' frames as one bytes object; a client (which offered
+    permessage-deflate, as openai-python's does) reads each as a message. After a close the
+    protocol refuses frames as it refuses messages."""
+    seen: dict[str, Any] = {}
+
+    async def app(scope: Any, receive: Any, send: Any) -> None:
+        if scope["type"] == "lifespan":
+            await receive()
+            await send({"type": "lifespan.startup.complete"})
+            await receive()
+            await send({"type": "lifespan.shutdown.complete"})
+            return
+        seen["extensions"] = dict(scope["extensions"])
+        await receive()  # websocket.connect
+        await send({"type": "websocket.accept"})
+        rows = [(i, "t", json.dumps({"n": i, "pad": "x" * 200 * i})) for i in range(3)]
+        await send({"type": FRAMES, "frames": row_socket_frames(rows, "")})
+        await send({"type": "websocket.close"})
+        try:
+            await send({"type": FRAMES, "frames": row_socket_frames(rows, "")})
+        except OSError as exc:  # uvicorn's ClientDisconnected
+            seen["after_close"] = type(exc).__name__
+
+    with serve(app) as base, connect(base.replace("http://", "ws://") + "/") as socket:
+        assert socket.protocol.extensions  # deflate was negotiated
+        messages = [json.loads(socket.recv(timeout=10)) for _ in range(3)]
+    assert [m["n"] for m in messages] == [0, 1, 2]
+    assert FRAMES in seen["extensions"]
+    assert seen["after_close"] == "ClientDisconnected"

@@ -66,6 +66,7 @@ def test_ci_builds_the_extension() -> None:
     assert _accel.step_ready is _speedups.step_ready
     assert _accel.event_rows is not _accel._python_event_rows
     assert _accel.row_frames is _speedups.row_frames
+    assert _accel.row_socket_frames is _speedups.row_socket_frames
     assert _accel.rows_numbered.func is _speedups.rows_numbered  # type: ignore[attr-defined]
     assert _accel.last_of_kinds.func is _speedups.last_of_kinds  # type: ignore[attr-defined]
 
@@ -510,6 +511,90 @@ def test_compiled_row_frames_refuse_what_is_not_a_list_of_rows_and_leak_nothing(
         with pytest.raises(UnicodeEncodeError):
             _speedups.row_frames([*rows, Row(3, "t", "\ud800")])
     assert sys.getrefcount(data) == before
+
+
+def _read_socket_frames(frames: bytes) -> list[tuple[bool, str, str]]:
+    """`frames` as the `websockets` library's own parser reads them: (final, opcode, text)."""
+    from websockets.frames import Frame
+    from websockets.streams import StreamReader
+
+    reader = StreamReader()
+    reader.feed_data(frames)
+    reader.feed_eof()
+    read = []
+    while reader.buffer:  # every frame, to the last byte
+        parse = Frame.parse(reader.read_exact, mask=False, max_size=None)
+        try:
+            while True:
+                next(parse)
+        except StopIteration as done:
+            frame = done.value
+        read.append((frame.fin, frame.opcode.name, frame.data.decode()))
+    return read
+
+
+_SUFFIXES = st.sampled_from(["", ', "stream_id": "lane"}', ', "stream_id": "\\u00e9t\\u00e9"}'])
+
+
+@given(
+    st.lists(
+        st.tuples(
+            st.integers(0, 10**6),
+            st.text(max_size=10),
+            st.one_of(
+                st.text(max_size=300),
+                st.text(max_size=300).map(lambda text: "{" + text + "}"),
+                # Around the header's length boundaries: 125/126 bytes, 65535/65536 bytes.
+                st.sampled_from([123, 124, 125, 126, 127, 65534, 65535, 65536, 65537]).map(
+                    lambda n: "{" + "x" * (n - 2) + "}"
+                ),
+            ),
+        ),
+        max_size=6,
+    ),
+    _SUFFIXES,
+)
+@settings(suppress_health_check=[HealthCheck.too_slow], deadline=None)
+def test_row_socket_frames_are_websocket_text_frames(
+    rows: list[tuple[int, str, str]], suffix: str
+) -> None:
+    """The server's WebSocket bytes of a batch (`row_socket_frames`): compiled and Python alike,
+    byte for byte, and what a real WebSocket parser (the `websockets` library's) reads as one
+    final text message per row, its data (with the lane's suffix for its last brace)."""
+    try:
+        expected: bytes | None = _accel._python_row_socket_frames([Row(*r) for r in rows], suffix)
+    except (UnicodeEncodeError, ValueError) as error:
+        with pytest.raises(type(error)):
+            _accel.row_socket_frames([Row(*r) for r in rows], suffix)
+        assert isinstance(error, UnicodeEncodeError) or any(not r[2].endswith("}") for r in rows)
+        return
+    assert _accel.row_socket_frames([Row(*r) for r in rows], suffix) == expected
+    assert _accel.row_socket_frames(list(rows), suffix) == expected
+    messages = [r[2][:-1] + suffix if suffix else r[2] for r in rows]
+    assert _read_socket_frames(expected) == [(True, "TEXT", m) for m in messages]
+
+
+@compiled
+def test_compiled_row_socket_frames_refuse_bad_rows_and_leak_nothing() -> None:
+    with pytest.raises(TypeError, match="list"):
+        _speedups.row_socket_frames((Row(0, "a", "{}"),), "")
+    with pytest.raises(TypeError, match="tuple"):
+        _speedups.row_socket_frames([Row(0, "a", "{}"), ["x"]], "")
+    with pytest.raises(TypeError, match="str"):
+        _speedups.row_socket_frames([(0, "a", b"{}")], "")
+    with pytest.raises(ValueError, match="JSON object"):
+        _speedups.row_socket_frames([(0, "a", "")], "}")
+    with pytest.raises(ValueError, match="JSON object"):
+        _speedups.row_socket_frames([(0, "a", "{}é")], "}")
+    data = "{" + "é" * 50 + "}"
+    suffix = ', "stream_id": "é"}'
+    rows = [Row(i, "response.output_text.delta", data) for i in range(3)]
+    before = sys.getrefcount(data), sys.getrefcount(suffix)
+    for _ in range(100):
+        _speedups.row_socket_frames(rows, suffix)
+        with pytest.raises(UnicodeEncodeError):
+            _speedups.row_socket_frames([*rows, Row(3, "t", "\ud800")], suffix)
+    assert (sys.getrefcount(data), sys.getrefcount(suffix)) == before
 
 
 def test_event_text_keeps_a_lone_surrogate_as_dumps_does() -> None:
