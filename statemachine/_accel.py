@@ -202,7 +202,7 @@ def _socket_header(size: int) -> bytes:
 
 
 def _python_row_socket_frames(rows: list[Any], suffix: str) -> bytes:
-    frames = []
+    frames: list[bytes] = []
     for row in rows:
         data = row[2]
         if suffix:

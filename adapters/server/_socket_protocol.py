@@ -36,7 +36,7 @@ class SocketFramesProtocol(WebSocketsSansIOProtocol):
     def handle_connect(self, event: Any) -> None:
         super().handle_connect(event)
         if not self.close_sent:  # the handshake is going ahead: the app gets a scope
-            self.scope["extensions"][FRAMES] = {}  # type: ignore[index]
+            self.scope["extensions"][FRAMES] = {}
 
     async def send(self, message: Any) -> None:
         if message["type"] != FRAMES:
