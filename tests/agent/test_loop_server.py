@@ -418,3 +418,16 @@ def test_a_listing_in_the_context_is_not_asked_for_again(agent_server: AgentServ
     _, third = stream(agent_server, model="follow_up", input=[failed, *turn], tools=[only_weather])
     assert _types(third) == ["mcp_list_tools", "message"]
     assert [tool.name for tool in third.output[0].tools] == ["weather"]
+
+
+def test_max_tool_calls_zero_is_a_400_naming_it(agent_server: AgentServer) -> None:
+    """Documented in docs/agents.md (issue 31): `max_tool_calls` counts the calls run and must
+    be at least 1."""
+    import openai
+
+    with pytest.raises(openai.BadRequestError) as caught:
+        agent_server.client.responses.create(
+            model="two_calls", input="go", tools=[agent_server.mcp_tool()], max_tool_calls=0
+        )
+    assert caught.value.body["param"] == "max_tool_calls"  # type: ignore[index]
+    assert "at least 1" in caught.value.body["message"]  # type: ignore[index]
