@@ -14,13 +14,11 @@ same draws, same tokens).
 
 from __future__ import annotations
 
-import sys
-
 import attrs
-import numpy as np
 import torch
 
 from .._source import SamplingParams
+from .bitmask import apply_token_bitmask, apply_token_bitmask_
 
 __all__ = ["Sample", "apply_token_bitmask", "make_generator", "sample", "sample_batch"]
 
@@ -85,31 +83,6 @@ def _draw(logits: torch.Tensor, p: SamplingParams, generator: torch.Generator) -
     return torch.searchsorted(cumulative, u).clamp(max=cumulative.shape[-1] - 1)[0]
 
 
-def apply_token_bitmask(logits: torch.Tensor, bitmask: torch.Tensor) -> torch.Tensor:
-    """`logits` [B, vocab] with every token that `bitmask` [B, ceil(vocab / 32)] (int32, on
-    the logits' device) disallows set to -inf: bit `j` of word `w` allows token `32 * w + j`
-    (llguidance's layout). Tensor ops only, no host sync; returns a new tensor."""
-    vocab = logits.shape[1]
-    if bitmask.device.type == "cpu" and sys.byteorder == "little":
-        allowed = _allowed_numpy(bitmask, vocab)
-    else:
-        allowed = _allowed_shifts(bitmask, vocab)
-    return logits.masked_fill(~allowed, float("-inf"))
-
-
-def _allowed_shifts(bitmask: torch.Tensor, vocab: int) -> torch.Tensor:
-    """[B, vocab] bool from the bitmask with tensor ops (any device, no host sync)."""
-    shifts = torch.arange(32, device=bitmask.device, dtype=torch.int32)
-    return ((bitmask[:, :, None] >> shifts) & 1).view(bitmask.shape[0], -1)[:, :vocab] != 0
-
-
-def _allowed_numpy(bitmask: torch.Tensor, vocab: int) -> torch.Tensor:
-    """The same on the CPU: numpy unpacks the bits to bytes directly (1.6x less time than
-    the shifts for 16 rows of o200k_harmony, and no [rows, words, 32] int32 tensor)."""
-    bits = np.unpackbits(bitmask.numpy().view(np.uint8), axis=1, bitorder="little")
-    return torch.from_numpy(bits[:, :vocab].view(np.bool_))
-
-
 def sample_batch(
     logits: torch.Tensor,
     params: list[SamplingParams],
@@ -121,17 +94,19 @@ def sample_batch(
     """`sample`'s tokens and logprobs for every row of `logits` [B, vocab] (float32), as batch
     tensor ops, plus whether each token is in its row's `stop_ids`; one host transfer.
 
-    `bitmask` [B, ceil(vocab / 32)] (int32, on the logits' device; see
-    `apply_token_bitmask`) restricts which tokens each row may draw; the reported logprobs
-    stay the model's own, from the unmasked logits.
+    `bitmask` [B, ceil(vocab / 32)] (int32, on the logits' device; see `bitmask`) restricts
+    which tokens each row may draw, masking `logits` IN PLACE (the engine's own buffer, which
+    the next step overwrites: a masked copy cost a fresh [B, vocab] each step); the reported
+    logprobs stay the model's own, taken before the mask.
 
     Python branches read only the params (host values), never a tensor, so nothing waits for
     the device before the final transfer.
     """
     device = logits.device
-    raw = logits
+    want = any(p.logprobs or p.top_logprobs for p in params)
+    logprobs = torch.log_softmax(logits, dim=-1) if want else None
     if bitmask is not None:
-        logits = apply_token_bitmask(logits, bitmask)
+        apply_token_bitmask_(logits, bitmask)
     chosen = logits.argmax(dim=-1)
     drawn_rows = [row for row, p in enumerate(params) if p.temperature > 0]
     if drawn_rows:
@@ -145,10 +120,8 @@ def sample_batch(
         width = max(1, max(len(s) for s in stop_ids))
         table = torch.tensor([sorted(s) + [-1] * (width - len(s)) for s in stop_ids], device=device)
         columns.append((chosen[:, None] == table).any(dim=1, keepdim=True).to(torch.float32))
-    want = any(p.logprobs or p.top_logprobs for p in params)
     top = max((p.top_logprobs for p in params), default=0)
-    if want:
-        logprobs = torch.log_softmax(raw, dim=-1)
+    if logprobs is not None:
         columns.append(logprobs.gather(1, chosen[:, None]))
         if top:
             values, indices = logprobs.topk(top, dim=-1)

@@ -6,14 +6,22 @@ from __future__ import annotations
 
 from typing import Any
 
+import numpy as np
 import pytest
 import torch
 from gptoss_tiny import random_prompts
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from streamfold.engines import GenerationRequest, LogitsConstraint, SamplingParams, TokenChunk
+from streamfold.engines.native.bitmask import (
+    _allowed_shifts,
+    apply_token_bitmask,
+    apply_token_bitmask_,
+)
 from streamfold.engines.native.core import EngineCore
 from streamfold.engines.native.gptoss.model import GptOssModel
-from streamfold.engines.native.sampler import apply_token_bitmask, make_generator, sample_batch
+from streamfold.engines.native.sampler import make_generator, sample_batch
 
 VOCAB = 512
 ALLOWED = (3, 31, 32, 200, 511)  # bit 31 of a word is its sign bit: 31 and 511 test it
@@ -77,11 +85,15 @@ def test_sample_batch_draws_inside_the_mask_and_reports_the_models_logprobs() ->
     params = [GREEDY, SAMPLED, GREEDY, SAMPLED]
     bitmask = torch.full((4, VOCAB // 32), -1, dtype=torch.int32)
     bitmask[0] = bitmask[1] = pack(ALLOWED, VOCAB)
+    raw = torch.log_softmax(logits, dim=-1)
+    free_rows = logits[2:].clone()
     samples = sample_batch(logits, params, [make_generator(p) for p in params], bitmask=bitmask)
     assert samples[0].token_id in ALLOWED and samples[1].token_id in ALLOWED
-    assert samples[2].token_id == int(logits[2].argmax())
-    raw = torch.log_softmax(logits, dim=-1)
+    assert samples[2].token_id == int(raw[2].argmax())
     assert samples[1].logprob == pytest.approx(float(raw[1, samples[1].token_id]), abs=1e-5)
+    # The mask went into the logits themselves (the engine's buffer), and only where it said.
+    assert logits[0].isfinite().nonzero()[:, 0].tolist() == list(ALLOWED)
+    assert torch.equal(logits[2:], free_rows)
 
 
 @pytest.mark.parametrize("static_decode", [True, False])
@@ -137,14 +149,61 @@ def test_the_protocol_is_runtime_checkable() -> None:
     assert isinstance(OnlyTokens(), LogitsConstraint)
 
 
-def test_the_cpus_unpacking_of_the_bitmask_is_the_tensor_ops_one() -> None:
-    """The CPU path (numpy) and the device path (shifts) read the same tokens as allowed."""
-    from streamfold.engines.native.sampler import _allowed_numpy, _allowed_shifts
+def _reference(logits: torch.Tensor, bitmask: torch.Tensor) -> torch.Tensor:
+    """The bitmask read bit by bit in Python (llguidance's layout), as -inf on a copy."""
+    out = logits.clone()
+    for row, words in enumerate(bitmask.tolist()):
+        for token in range(logits.shape[1]):
+            if not (words[token // 32] >> (token % 32)) & 1:
+                out[row, token] = float("-inf")
+    return out
 
-    generator = torch.Generator().manual_seed(1)
-    for vocab in (31, 32, 33, 1000, 201088):
-        words = -(-vocab // 32)
-        bitmask = torch.randint(
-            -(2**31), 2**31 - 1, (3, words), dtype=torch.int32, generator=generator
-        )
-        assert torch.equal(_allowed_numpy(bitmask, vocab), _allowed_shifts(bitmask, vocab))
+
+ROW_KINDS = ("all", "free_text", "json", "dense", "none_but_one")
+
+
+def _row(kind: str, words: int, rng: np.random.Generator) -> np.ndarray:
+    """One bitmask row of a kind the engine sees: all allowed; free text (a few words with
+    disallowed tokens, as a grammar's reasoning); JSON (a few words with allowed ones); dense
+    random words (neither, the whole row is unpacked); a single allowed token."""
+    ones = np.full(words, -1, dtype=np.int32)
+    random_words = rng.integers(-(2**31), 2**31, words, dtype=np.int64).astype(np.int32)
+    some = rng.random(words) < 0.05
+    if kind == "all":
+        return ones
+    if kind == "free_text":
+        return np.where(some, random_words, ones)
+    if kind == "json":
+        return np.where(some, random_words, 0).astype(np.int32)
+    if kind == "dense":
+        return random_words
+    row = np.zeros(words, dtype=np.int32)
+    row[rng.integers(words)] = np.int32(-(2**31))  # bit 31: the sign bit
+    return row
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    kinds=st.lists(st.sampled_from(ROW_KINDS), min_size=1, max_size=5),
+    words=st.integers(1, 40),
+    tail=st.sampled_from([0, 0, 1, 17, 31]),
+    seed=st.integers(0, 2**32 - 1),
+)
+def test_the_bitmask_masks_exactly_its_disallowed_tokens(
+    kinds: list[str], words: int, tail: int, seed: int
+) -> None:
+    """Every path of `apply_token_bitmask_` (the CPU's sparse blocks for free-text rows and
+    for JSON rows, its whole-row unpack, and the tensor-shift path of accelerators, which a
+    vocabulary that is not a multiple of 32 also takes on the CPU) against the bit-by-bit
+    reference, rows of different kinds in one batch."""
+    rng = np.random.default_rng(seed)
+    vocab = words * 32 - tail
+    bitmask = torch.from_numpy(np.stack([_row(k, words, rng) for k in kinds]))
+    logits = torch.from_numpy(rng.standard_normal((len(kinds), vocab)).astype(np.float32))
+    expected = _reference(logits, bitmask)
+    assert torch.equal(apply_token_bitmask(logits, bitmask), expected)
+    shifts = logits.masked_fill(~_allowed_shifts(bitmask, vocab), float("-inf"))
+    assert torch.equal(shifts, expected)
+    in_place = logits.clone()
+    assert apply_token_bitmask_(in_place, bitmask) is in_place
+    assert torch.equal(in_place, expected)
