@@ -106,14 +106,23 @@ class Guidance:
         """32-bit words in one sequence's mask."""
         return (self.vocab_size + 31) // 32
 
-    def matcher(self, grammar: str) -> llguidance.LLMatcher:
-        """A fresh matcher for `grammar` (compiled once, then copied)."""
+    def cached_matcher(self, grammar: str) -> llguidance.LLMatcher | None:
+        """A fresh matcher for `grammar` if it is compiled already (microseconds: cheap enough
+        for an event loop), else None."""
         key = hashlib.sha256(grammar.encode()).hexdigest()
         with self._lock:
             cached = self._compiled.get(key)
-            if cached is not None:
-                self._compiled.move_to_end(key)
-                return cached.deep_copy()
+            if cached is None:
+                return None
+            self._compiled.move_to_end(key)
+            return cached.deep_copy()
+
+    def matcher(self, grammar: str) -> llguidance.LLMatcher:
+        """A fresh matcher for `grammar` (compiled once, then copied)."""
+        found = self.cached_matcher(grammar)
+        if found is not None:
+            return found
+        key = hashlib.sha256(grammar.encode()).hexdigest()
         pristine: llguidance.LLMatcher = self._llg.LLMatcher(self.tokenizer, grammar, log_level=0)
         if pristine.is_error():
             raise ConstraintError(f"the grammar does not compile: {pristine.get_error()}")

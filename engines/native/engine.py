@@ -38,7 +38,7 @@ import torch
 from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
 
 from .._source import DecodingConstraint, GenerationRequest, SamplingParams, TokenChunk
-from ..guidance import ConstraintError, GuidanceConstraint, guidance_for
+from ..guidance import ConstraintError, Guidance, GuidanceConstraint, guidance_for
 from ._openmp import release_idle_openmp_team
 from ._steplog import StepLog
 from .core import EngineCore
@@ -74,12 +74,13 @@ def default_engine_threads() -> int:
     return max(1, cores - 1)
 
 
-def _guided(decoding: DecodingConstraint) -> GuidanceConstraint:
-    """A gpt-oss request's grammar as its logits constraint (o200k_harmony's tokens)."""
+def _compile(grammar: str) -> tuple[Guidance, GuidanceConstraint]:
+    """llguidance over o200k_harmony, gpt-oss's tokens (the first call builds it, ~0.6 s),
+    and a request's grammar compiled by it as its logits constraint."""
     from streamfold.engines.vocab import load_harmony_vocabulary
 
     guidance = guidance_for(load_harmony_vocabulary())
-    return GuidanceConstraint(guidance.matcher(decoding.grammar))
+    return guidance, GuidanceConstraint(guidance.matcher(grammar))
 
 
 def _name_os_thread(name: str) -> None:
@@ -204,6 +205,7 @@ class NativeEngine:
         self._closed = False
         self._thread: threading.Thread | None = None
         self.num_steps = 0
+        self._guidance: Guidance | None = None  # set by the first constrained request
         self._log = StepLog.from_env()  # a per-step timeline, for profiling (None: off)
         # torch's intra-op thread count is per OS thread: carry the creator's setting over.
         self.threads = torch.get_num_threads() if threads is None else threads
@@ -241,10 +243,8 @@ class NativeEngine:
         # thread's team (see _openmp); free it each time, as torch work here rebuilds it.
         release_idle_openmp_team()
         if request.decoding is not None and request.constraint is None:
-            # Compiling a grammar (1-5 ms; the vocabulary's tokenizer, once, ~0.6 s) runs in a
-            # worker thread: neither the event loop nor the engine's steps wait for it.
             try:
-                constraint = await anyio.to_thread.run_sync(_guided, request.decoding)
+                constraint = await self._constraint(request.decoding)
             except ConstraintError as exc:
                 yield TokenChunk(finish_reason="error", error=str(exc))
                 return
@@ -267,6 +267,20 @@ class NativeEngine:
                 # to end, so the blocks are free when aclose() returns.
                 with anyio.CancelScope(shield=True):
                     await anyio.to_thread.run_sync(self._abort_after_step, request.request_id)
+
+    async def _constraint(self, decoding: DecodingConstraint) -> GuidanceConstraint:
+        """The request's matcher. A grammar compiled before is copied here, on the event loop
+        (microseconds), so the request is added with those that came with it; a new one
+        compiles (1-5 ms; the vocabulary's tokenizer, once, ~0.6 s) in a worker thread, so
+        neither the event loop nor the engine's steps wait for it. (Every request through a
+        worker thread arrived a step after free ones sent with it: 16 requests of a repeated
+        schema took a step more, the first with a prefill in it.)"""
+        if self._guidance is not None:
+            found = self._guidance.cached_matcher(decoding.grammar)
+            if found is not None:
+                return GuidanceConstraint(found)
+        self._guidance, constraint = await anyio.to_thread.run_sync(_compile, decoding.grammar)
+        return constraint
 
     async def warm_up(self) -> float:
         """Run the shapes of a full batch once (a full prefill step, a full decode step) on the

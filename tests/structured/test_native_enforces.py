@@ -161,3 +161,56 @@ def test_none_never_calls(engine: Any, seed: int) -> None:
     response = _generate(engine, shape, seed)
     assert "function_call" not in _kinds(response)
     assert response.status == "completed"
+
+
+def _chunks(engine: Any, grammar: str, names: list[str]) -> dict[str, list[Any]]:
+    """Each request's chunks, the requests sent together (16 tokens, one grammar)."""
+    out: dict[str, list[Any]] = {}
+
+    async def one(name: str) -> None:
+        request = GenerationRequest(
+            request_id=name,
+            prompt_token_ids=_prompt(),
+            max_output_tokens=16,
+            sampling=SamplingParams(temperature=1.0, seed=len(out)),
+            decoding=DecodingConstraint(grammar=grammar),
+        )
+        out[name] = [chunk async for chunk in engine.generate(request)]
+
+    async def run() -> None:
+        async with anyio.create_task_group() as group:
+            for name in names:
+                group.start_soon(one, name)
+
+    anyio.run(run)
+    return out
+
+
+def test_a_compiled_grammar_is_not_sent_to_a_worker_thread(
+    engine: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Bug: every constrained request compiled (or copied from the cache) its grammar in a
+    worker thread, so requests sent together with free ones were added a step after them (one
+    more step per 16 requests, its first a prefill: ~3% of bench_constrained's tokens/s at 32
+    tokens each). A grammar compiled before is copied on the event loop, in microseconds."""
+    grammar = harmony_grammar(budget_shape(Shape(answer=JsonBody(schema=SCHEMA)), BUDGET))
+    hops: list[object] = []
+    original = anyio.to_thread.run_sync
+
+    async def counted(func: Any, *args: Any, **kwargs: Any) -> Any:
+        hops.append(func)
+        return await original(func, *args, **kwargs)
+
+    monkeypatch.setattr(anyio.to_thread, "run_sync", counted)
+    _chunks(engine, grammar + "\n// a new grammar", ["first"])
+    assert len(hops) == 1  # a new grammar compiles in a worker thread
+    hops.clear()
+    out = _chunks(engine, grammar + "\n// a new grammar", [f"again{i}" for i in range(4)])
+    assert hops == []
+    assert all(chunks[-1].finish_reason == "length" for chunks in out.values()), out
+
+
+def test_a_grammar_that_does_not_compile_ends_its_request_with_an_error(engine: Any) -> None:
+    out = _chunks(engine, "start: ( unclosed", ["bad"])
+    assert [c.finish_reason for c in out["bad"]] == ["error"]
+    assert "does not compile" in (out["bad"][0].error or "")
