@@ -48,6 +48,12 @@ class ServerLimits:
     header_timeout_s: float = 10.0
     #: The body must arrive within this many seconds of the headers (408 otherwise).
     body_timeout_s: float = 30.0
+    #: A WebSocket connection lasts this long (OpenAI's: 60 minutes); then it answers what it
+    #: was asked, says `websocket_connection_limit_reached` and closes (docs/websocket.md).
+    websocket_lifetime_s: float = 3600.0
+    #: The `store: false` conversations one WebSocket connection remembers for
+    #: `previous_response_id`, as JSON text, together (the oldest go first).
+    websocket_memory_bytes: int = 32 * 2**20
 
     def __attrs_post_init__(self) -> None:
         for field in attrs.fields(type(self)):

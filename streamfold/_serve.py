@@ -168,6 +168,12 @@ _LIMIT_FLAGS = {
     "--render-timeout": ("render_timeout_s", float, "seconds one prompt may take to render"),
     "--header-timeout": ("header_timeout_s", float, "seconds to send a request's headers"),
     "--body-timeout": ("body_timeout_s", float, "seconds to send a request's body"),
+    "--websocket-lifetime": ("websocket_lifetime_s", float, "seconds a WebSocket lasts"),
+    "--websocket-memory-bytes": (
+        "websocket_memory_bytes",
+        int,
+        "store: false conversations a WebSocket remembers, in bytes",
+    ),
 }
 
 

@@ -13,11 +13,14 @@ stays open after them.
 
 Lanes: creates with the same `stream_id` (or none) are answered one after another, in order;
 different lanes run side by side. A connection remembers its last `RECENT` `store: false`
-responses (their whole conversation as wire items), so `previous_response_id` continues them
-as it continues stored ones: the earlier conversation is put before the new input. An id
-neither remembered nor stored is an `error` with code `previous_response_not_found` (the
-client then sends its whole context). A closed socket cancels its running responses, which
-end `cancelled` in the log, as a foreground HTTP stream whose client leaves.
+responses (their whole conversation, within `ServerLimits.websocket_memory_bytes`:
+`SocketMemory`), so `previous_response_id` continues them as it continues stored ones: the
+earlier conversation is put before the new input. An id neither remembered nor stored is an
+`error` with code `previous_response_not_found` (the client then sends its whole context). A
+closed socket cancels its running responses, which end `cancelled` in the log, as a foreground
+HTTP stream whose client leaves. A connection lasts `ServerLimits.websocket_lifetime_s`: then
+what it was asked is answered, an `error` with code `websocket_connection_limit_reached` says
+so, and it closes.
 """
 
 from __future__ import annotations
@@ -26,7 +29,6 @@ import contextlib
 import json
 import logging
 import math
-from collections import OrderedDict
 from typing import Any
 
 import anyio
@@ -43,6 +45,7 @@ from ._conversation import carried_items
 from ._limits import ServerLimits, decode_body
 from ._prepare import Prepared
 from ._service import ResponseService
+from ._socket_memory import SocketMemory
 from ._socket_protocol import FRAMES
 from ._store import EventRecord, records_of
 
@@ -90,10 +93,15 @@ class _Connection:
         self.send = send
         self.frames = frames  # the server takes built frames (`_socket_protocol.FRAMES`)
         self.lanes: dict[str | None, MemoryObjectSendStream[Create]] = {}
-        self.recent: OrderedDict[str, list[Any]] = OrderedDict()
+        limits = service.limits
+        self.recent = SocketMemory(RECENT, limits.websocket_memory_bytes)
+        self.expired = False  # past the connection's lifetime: nothing new is started
+        self.busy: set[str | None] = set()  # lanes that have creates to answer
+        self.idle = anyio.Event()  # set once expired and no lane is busy
 
     async def serve(self) -> None:
         async with anyio.create_task_group() as tasks:
+            tasks.start_soon(self._expire)
             try:
                 while True:
                     message = await self.websocket.receive()
@@ -107,6 +115,23 @@ class _Connection:
                 # The client has gone: its running responses are cancelled (their logs end).
                 tasks.cancel_scope.cancel()
 
+    async def _expire(self) -> None:
+        """At the connection's lifetime: what was asked is answered (running responses run to
+        their end; creates still queued, or sent from now on, get the error), then the
+        connection says `websocket_connection_limit_reached` and closes (1000)."""
+        await anyio.sleep(self.service.limits.websocket_lifetime_s)
+        self.expired = True
+        for queue in self.lanes.values():
+            queue.close()  # a lane ends once its queue is answered
+        if not self.busy:
+            self.idle.set()
+        await self.idle.wait()
+        try:
+            await self._send_json(connection_limit_error(self.service.limits))
+            await self.send({"type": "websocket.close", "code": 1000})
+        except (WebSocketDisconnect, OSError, RuntimeError):
+            log.debug("a WebSocket closed before its lifetime's end was said", exc_info=True)
+
     async def _take(self, text: str, tasks: TaskGroup) -> None:
         """One client message: a create joins its lane's queue; anything else is an error."""
         try:
@@ -114,11 +139,15 @@ class _Connection:
         except RequestError as exc:
             await self._send_json(socket_error(exc))
             return
+        if self.expired:  # the connection is closing: nothing new starts
+            await self._send_json(socket_error(_limit_reached(self.service.limits), lane))
+            return
         queue = self.lanes.get(lane)
         if queue is None:
             queue, queued = anyio.create_memory_object_stream[Create](math.inf)
             self.lanes[lane] = queue
             tasks.start_soon(self._lane, lane, queued, tasks)
+        self.busy.add(lane)
         queue.send_nowait(create)
 
     async def _lane(
@@ -126,6 +155,8 @@ class _Connection:
     ) -> None:
         async for body, generate in queued:
             try:
+                if self.expired:  # queued before the lifetime ended, not started
+                    raise _limit_reached(self.service.limits)
                 await self._respond(lane, body, generate)
             except RequestError as exc:
                 await self._send_json(socket_error(exc, lane))
@@ -143,6 +174,11 @@ class _Connection:
                     type="server_error",
                 )
                 await self._send_json(socket_error(failed, lane))
+            finally:
+                if queued.statistics().current_buffer_used == 0:
+                    self.busy.discard(lane)
+                    if self.expired and not self.busy:
+                        self.idle.set()
 
     async def _respond(self, lane: str | None, body: dict[str, Any], generate: bool) -> None:
         prepared = await self.service.prepare(body, recent=self.recent)
@@ -169,12 +205,11 @@ class _Connection:
 
     def _remember(self, prepared: Prepared, response: dict[str, Any], *, stored: bool) -> None:
         """Keep a response's conversation when the store does not (`store: false`, or a
-        warm-up, which is never logged)."""
+        warm-up, which is never logged), within the connection's bounds (`SocketMemory`)."""
         if stored and prepared.request.store is not False:
             return
-        self.recent[prepared.response.id] = [*prepared.conversation, *carried_items(response)]
-        while len(self.recent) > RECENT:
-            self.recent.popitem(last=False)
+        items = [*prepared.conversation, *carried_items(response)]
+        self.recent.remember(prepared.response.id, items)
 
     async def _send_records(self, records: list[EventRecord], suffix: str) -> None:
         """One text message per event (with the lane's `stream_id`, when it has one): a batch's
@@ -191,6 +226,21 @@ class _Connection:
 
     async def _send_json(self, message: dict[str, Any]) -> None:
         await self.send({"type": "websocket.send", "text": json.dumps(message)})
+
+
+def connection_limit_error(limits: ServerLimits) -> dict[str, Any]:
+    """The message a connection sends at the end of its lifetime, before it closes."""
+    return socket_error(_limit_reached(limits))
+
+
+def _limit_reached(limits: ServerLimits) -> RequestError:
+    lifetime = limits.websocket_lifetime_s
+    said = f"{lifetime / 60:g} minutes" if lifetime >= 60 else f"{lifetime:g} seconds"
+    return RequestError(
+        f"Responses websocket connection limit reached ({said}). Create a new websocket "
+        "connection to continue.",
+        code="websocket_connection_limit_reached",
+    )
 
 
 def _create_of(text: str, limits: ServerLimits) -> tuple[str | None, Create]:

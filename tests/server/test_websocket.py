@@ -17,12 +17,15 @@ from typing import Any
 import httpx
 import openai
 import pytest
-from websockets.exceptions import InvalidStatus
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from websockets.exceptions import ConnectionClosedOK, InvalidStatus
 from websockets.sync.client import connect
 from websockets.typing import Origin
 
 from streamfold.adapters.registry import ReplayEngine
-from streamfold.adapters.server import SocketFramesProtocol, create_app
+from streamfold.adapters.server import ServerLimits, SocketFramesProtocol, create_app
+from streamfold.adapters.server._socket_memory import SocketMemory
 from streamfold.adapters.server._socket_protocol import FRAMES
 from streamfold.engines import TokenChunk, dump_trace
 from streamfold.specs import check
@@ -288,3 +291,93 @@ def test_the_frames_protocol_writes_an_apps_frames_and_declares_itself() -> None
     assert [m["n"] for m in messages] == [0, 1, 2]
     assert FRAMES in seen["extensions"]
     assert seen["after_close"] == "ClientDisconnected"
+
+
+def test_a_connections_memory_is_bounded_by_bytes_not_only_by_count(tmp_path: Path) -> None:
+    """The memory of `store: false` conversations held up to 64 of any size: 64 conversations
+    near the body limit (8 MiB each) were half a gigabyte per connection. Now their JSON text
+    is bounded together (`websocket_memory_bytes`): the oldest goes, the newest continues."""
+    write_traces(tmp_path / "chat", {"0": GREETING, "1": SECOND})
+    app = create_app(
+        ReplayEngine(tmp_path).engine(), limits=ServerLimits(websocket_memory_bytes=2500)
+    )
+    with serve(app) as base, _client(base).responses.connect() as connection:
+        ids = []
+        for pad in ("x", "y"):  # two conversations of ~1.8 kB each: both do not fit
+            connection.response.create(model="chat", input=f"Hello! {pad * 1500}", store=False)
+            ids.append(_until_end(connection)[-1].response.id)
+        connection.response.create(
+            model="chat", input="What did I say?", store=False, previous_response_id=ids[0]
+        )
+        forgotten = connection.recv()
+        connection.response.create(
+            model="chat", input="What did I say?", store=False, previous_response_id=ids[1]
+        )
+        kept = _until_end(connection)
+    assert forgotten.type == "error", forgotten
+    assert forgotten.error.code == "previous_response_not_found"
+    assert kept[-1].response.output_text == "You said hello before."
+
+
+@given(
+    st.lists(st.tuples(st.sampled_from("abcdef"), st.integers(0, 400)), min_size=1, max_size=30),
+    st.integers(1, 5),
+    st.integers(1, 1500),
+)
+@settings(max_examples=200, deadline=None)
+def test_socket_memory_keeps_the_newest_within_both_bounds(
+    writes: list[tuple[str, int]], count: int, max_bytes: int
+) -> None:
+    """Against a model: after any writes, the memory holds the newest conversations that fit
+    both bounds together (a conversation larger than the whole budget is not kept), each read
+    back as written, and its byte count is their JSON text's."""
+    memory = SocketMemory(count, max_bytes)
+    model: dict[str, tuple[list[Any], int]] = {}
+    for key, size in writes:
+        items = [{"type": "message", "text": "z" * size}]
+        memory.remember(key, items)
+        length = len(json.dumps(items, separators=(",", ":")))
+        if length <= max_bytes:
+            model.pop(key, None)
+            model[key] = (items, length)
+            while len(model) > count or sum(n for _, n in model.values()) > max_bytes:
+                model.pop(next(iter(model)))
+    assert list(memory) == list(model)
+    assert {k: memory[k] for k in memory} == {k: v[0] for k, v in model.items()}
+    assert memory.bytes == sum(n for _, n in model.values()) <= max_bytes
+    assert len(memory) <= count
+
+
+def test_a_connection_says_its_limit_is_reached_and_closes_after_answering(
+    tmp_path: Path,
+) -> None:
+    """At the connection's lifetime (OpenAI's: 60 minutes; here half a second) the response
+    under way runs to its end, a create queued behind it is refused with the lane's
+    `websocket_connection_limit_reached`, then the connection says it (no lane) and closes
+    normally. It used to stay open for ever, and a server's end could only cut it."""
+    ids = [*encode("<|channel|>final<|message|>"), *encode(" a") * 200, *encode("<|return|>")]
+    header = {"grammar": "harmony", "encoding": "o200k_harmony", "response_id": "resp_slow"}
+    header |= {"model": "slow", "created_at": 1}
+    chunks = [TokenChunk(token_ids=(t,)) for t in ids]
+    (tmp_path / "slow.jsonl").write_text(dump_trace(header, chunks, "stop"), encoding="utf-8")
+    engine = ReplayEngine(tmp_path, delay=0.01).engine()  # 2 s at least
+    app = create_app(engine, limits=ServerLimits(websocket_lifetime_s=0.5))
+    create = {"type": "response.create", "model": "slow", "input": "hi", "stream_id": "a"}
+    with serve(app) as base, connect(base.replace("http://", "ws://") + "/v1/responses") as socket:
+        socket.send(json.dumps(create))
+        socket.send(json.dumps(create))  # queued on lane a behind the first
+        messages = []
+        with pytest.raises(ConnectionClosedOK) as closed:
+            while True:
+                messages.append(json.loads(socket.recv(timeout=20)))
+    assert closed.value.rcvd is not None and closed.value.rcvd.code == 1000
+    types = [m["type"] for m in messages]
+    assert types[-3:] == ["response.completed", "error", "error"], types
+    assert types.count("response.created") == 1
+    lane_error, connection_error = messages[-2:]
+    for error in (lane_error, connection_error):
+        assert error["status"] == 400
+        assert error["error"]["code"] == "websocket_connection_limit_reached"
+        assert error["error"]["type"] == "invalid_request_error"
+        assert "new websocket connection" in error["error"]["message"]
+    assert lane_error["stream_id"] == "a" and "stream_id" not in connection_error
