@@ -16,6 +16,7 @@ instead when `STREAMFOLD_EXPECT_CLIENTS=1` (CI sets it), so a CI run cannot pass
 
 from __future__ import annotations
 
+import contextlib
 import os
 import subprocess
 import sys
@@ -155,10 +156,10 @@ def missing(what: str, how: str) -> None:
     pytest.skip(message)
 
 
-@pytest.fixture(scope="session")
-def streamfold_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    """The base URL (`http://127.0.0.1:PORT/v1`) of a `streamfold serve` subprocess."""
-    traces = write_client_traces(tmp_path_factory.mktemp("client_traces"))
+@contextlib.contextmanager
+def serving(traces: Path, log: Path, log_level: str = "warning") -> Iterator[str]:
+    """A `streamfold serve` subprocess on `traces` (its stderr in `log`) until the block ends;
+    yields its base URL (`http://127.0.0.1:PORT/v1`)."""
     port = free_port()
     command = [
         sys.executable,
@@ -172,9 +173,8 @@ def streamfold_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
         "--store",
         ":memory:",
         "--log-level",
-        "warning",
+        log_level,
     ]
-    log = tmp_path_factory.mktemp("serve_log") / "stderr.txt"
     with log.open("wb") as stderr:
         server = subprocess.Popen(command, stderr=stderr)
         try:
@@ -197,3 +197,12 @@ def streamfold_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
             except subprocess.TimeoutExpired:
                 server.kill()
                 server.wait()
+
+
+@pytest.fixture(scope="session")
+def streamfold_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """The base URL (`http://127.0.0.1:PORT/v1`) of a `streamfold serve` subprocess."""
+    traces = write_client_traces(tmp_path_factory.mktemp("client_traces"))
+    log = tmp_path_factory.mktemp("serve_log") / "stderr.txt"
+    with serving(traces, log) as url:
+        yield url

@@ -29,6 +29,8 @@ from .conftest import (
     CODEX_PATCH_FINAL,
     CODEX_PATCH_MODEL,
     missing,
+    serving,
+    write_client_traces,
 )
 
 NODE_MODULES = Path(__file__).parent / "node" / "node_modules"
@@ -36,9 +38,10 @@ CODEX = NODE_MODULES / ".bin" / "codex"
 
 
 def run_codex(
-    url: str, model: str, prompt: str, workdir: Path, *flags: str
+    url: str, model: str, prompt: str, workdir: Path, *flags: str, websockets: bool = False
 ) -> list[dict[str, Any]]:
-    """`codex exec --json [FLAGS] PROMPT` in `workdir`; its JSONL events."""
+    """`codex exec --json [FLAGS] PROMPT` in `workdir`; its JSONL events. `websockets`: the
+    provider opts in to WebSocket mode (`supports_websockets = true`)."""
     if not CODEX.exists():
         missing("the Codex CLI", f"run `npm ci` in {NODE_MODULES.parent}")
     home = NODE_MODULES / ".streamfold-codex-homes" / uuid.uuid4().hex
@@ -49,7 +52,7 @@ def run_codex(
         "[model_providers.streamfold]\n"
         'name = "streamfold"\n'
         f'base_url = "{url}"\n'
-        'wire_api = "responses"\n',
+        'wire_api = "responses"\n' + ("supports_websockets = true\n" if websockets else ""),
         encoding="utf-8",
     )
     env = {k: v for k, v in os.environ.items() if not k.startswith(("OPENAI_", "CODEX_"))}
@@ -117,3 +120,25 @@ def test_codex_applies_a_patch_through_its_custom_tool(streamfold_url: str, tmp_
     assert [m["text"] for m in _items(events, "agent_message")] == [CODEX_PATCH_FINAL]
     [change] = _items(events, "file_change")
     assert change["status"] == "completed", change
+
+
+@pytest.mark.parametrize(("model", "prompt", "answer"), [
+    ("chat", "say hello", CHAT_ANSWER),
+    ("codex_shell", "run echo streamfold-$((6*7))", CODEX_FINAL),
+])  # fmt: skip
+def test_codex_with_websockets_connects_without_falling_back(
+    tmp_path: Path, model: str, prompt: str, answer: str
+) -> None:
+    """Issue 32: a provider with `supports_websockets = true` opens `/v1/responses` upgraded
+    (Codex's `websocket_url_for_path("responses")`: the base URL, ws://, plus `/responses`).
+    The upgrade was a 403, and Codex retried it 7 times (6.5 s) before it fell back to HTTP.
+    The server's own log shows the socket accepted and no POST at all: every generation (the
+    shell loop's two, the command's output and the sealed reasoning between) came over it."""
+    log = tmp_path / "serve.txt"
+    traces = write_client_traces(tmp_path / "traces")
+    with serving(traces, log, log_level="info") as url:
+        events = run_codex(url, model, prompt, tmp_path, websockets=True)
+    assert [m["text"] for m in _items(events, "agent_message")] == [answer]
+    served = log.read_text(encoding="utf-8")
+    assert '"WebSocket /v1/responses" [accepted]' in served, served
+    assert "POST /v1/responses" not in served and " 403" not in served, served
