@@ -21,9 +21,14 @@ Stop ids: the tokenizer's end-of-sequence token, and the chat templates' turn en
 The grammar is the `ThinkTagGrammar` on the model's own `tokenizer.json`, reading from
 reasoning when the template opens `<think>` in the prompt (DeepSeek-R1).
 
-Not yet: `constraint_for` returns None (structured outputs and `tool_choice` are not
-enforced for think-tag models; a grammar over the answer after `</think>` is future work), and
-server-side tools (`namespaces`, `after`: the agent loop) are harmony only.
+Structured outputs and `tool_choice`: `constraint_for` writes the request's `Shape` as one
+grammar over the completion (`structured.thinktags_grammar`): free reasoning inside
+`<think>…</think>`, bounded by the budget as harmony's is, then the JSON answer `text.format`
+asks for, or a Hermes `<tool_call>` to a function tool the request shows the model (`required`,
+a named function), its arguments following a strict tool's schema. Custom tools are not shown
+to a think-tag model, so `tool_choice` cannot name one.
+
+Not yet: server-side tools (`namespaces`, `after`: the agent loop) are harmony only.
 """
 
 from __future__ import annotations
@@ -31,13 +36,22 @@ from __future__ import annotations
 import json
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
+
+import attrs
 
 from streamfold.engines import DecodingConstraint
 from streamfold.statemachine import StreamfoldError, ThinkTagGrammar
 from streamfold.statemachine._grammar import Grammar
 
-from ..protocol import CreateRequest, FunctionCallInput, FunctionCallOutputInput, MessageInput
+from ..protocol import (
+    CreateRequest,
+    FunctionCallInput,
+    FunctionCallOutputInput,
+    MessageInput,
+    RequestError,
+)
+from ..structured import ThinkTagTokens, budget_shape, shape_for, thinktags_grammar
 
 __all__ = ["ChatTemplateError", "ChatTemplateFormat", "chat_messages"]
 
@@ -131,6 +145,7 @@ class ChatTemplateFormat:
             )
         self._tokenizer: Any = None
         self._grammar: ThinkTagGrammar | None = None
+        self._tags: ThinkTagTokens | None = None
 
     def __getstate__(self) -> dict[str, Any]:
         return {"model_dir": self.model_dir, "name": self.name}
@@ -194,27 +209,74 @@ class ChatTemplateFormat:
         return tuple(dict.fromkeys(stops))
 
     def grammar(self) -> Grammar:
+        return self._think_grammar()
+
+    def _think_grammar(self) -> ThinkTagGrammar:
         if self._grammar is None:
             from streamfold.engines.vocab_hf import load_tokenizer_json
 
             vocabulary = load_tokenizer_json(self.model_dir / "tokenizer.json")
-            self._grammar = ThinkTagGrammar(vocabulary, start_in_reasoning=self._opens_reasoning())
+            in_reasoning = self._prompt_ends() == "in_reasoning"
+            self._grammar = ThinkTagGrammar(vocabulary, start_in_reasoning=in_reasoning)
         return self._grammar
 
-    def _opens_reasoning(self) -> bool:
-        """Whether the template's generation prompt ends inside `<think>` (DeepSeek-R1)."""
+    def _prompt_ends(self) -> Literal["free", "in_reasoning", "answering"]:
+        """Where the template's generation prompt leaves the model: inside `<think>`
+        (DeepSeek-R1), past `</think>` (thinking turned off), or free to open it."""
         tokenizer = self._tokenizer_now()
         text = tokenizer.apply_chat_template(
             [{"role": "user", "content": "hi"}], add_generation_prompt=True, tokenize=False
-        )
-        return bool(text.rstrip().endswith("<think>"))
+        ).rstrip()
+        if text.endswith("<think>"):
+            return "in_reasoning"
+        return "answering" if text.endswith("</think>") else "free"
+
+    def tag_tokens(self) -> ThinkTagTokens:
+        """The model's tags, which of them are single tokens, its stop ids and where its
+        prompt leaves it: what `thinktags_grammar` writes a constraint with."""
+        if self._tags is None:
+            grammar = self._think_grammar()
+            tags = {
+                "think_open": grammar.think_open,
+                "think_close": grammar.think_close,
+                "tool_open": grammar.tool_open,
+                "tool_close": grammar.tool_close,
+            }
+            special = grammar.vocabulary.special
+            self._tags = ThinkTagTokens(
+                **tags,
+                token_ids={tag: special[tag] for tag in tags.values() if tag in special},
+                stop_ids=self.stop_token_ids(),
+                prompt=self._prompt_ends(),
+            )
+        return self._tags
 
     def constraint_for(
         self, request: CreateRequest, *, after_call: bool = False
     ) -> DecodingConstraint | None:
-        """None: structured outputs and `tool_choice` are not enforced for think-tag models
-        yet (see the module docstring)."""
-        return None
+        """One grammar over the whole completion (`structured.thinktags_grammar`): reasoning
+        free and bounded by the budget, then the answer or call the request allows."""
+        shape = shape_for(request, after_call=after_call)
+        if shape.calls is not None:
+            # The model is shown the request's function tools (`chat_tools`), and only those.
+            shown = {f"functions.{tool.name}" for tool in request.function_tools}
+            calls = tuple(call for call in shape.calls if call.recipient in shown)
+            if shape.answer is None and not calls:
+                raise RequestError(
+                    "tool_choice asks for a call to a tool a think-tag model is not shown (it "
+                    "is shown the request's function tools only)",
+                    param="tool_choice",
+                )
+            shape = attrs.evolve(shape, calls=calls)
+        # One reasoning block (`<think>…</think>`) takes what harmony splits among messages.
+        shape = budget_shape(
+            attrs.evolve(shape, reasoning_messages=1, min_reasoning_messages=0),
+            request.max_output_tokens,
+        )
+        if shape.free:
+            return None
+        grammar = thinktags_grammar(shape, self.tag_tokens())
+        return DecodingConstraint(grammar=grammar, summary=shape.summary)
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}({str(self.model_dir)!r})"

@@ -30,29 +30,14 @@ reads that form, vLLM and SGLang do not.
 from __future__ import annotations
 
 import json
-from typing import Any
 
-from ._lark import inline_lark
+from ._lark import compact_json, inline_lark, lark_literal
 from ._shape import Body, Call, JsonBody, LarkBody, RegexBody, Shape, TextBody
 
 __all__ = ["harmony_grammar"]
 
-#: JSON written without free whitespace: its length is bounded by what the schema allows.
-_COMPACT = {"whitespace_flexible": False, "item_separator": ",", "key_separator": ":"}
 _JSON_TYPES = '(" " <|constrain|> "json" | <|constrain|> "json" | " json")?'
 _TEXT_TYPES = '(" code" | " text")?'
-
-
-def _literal(text: str) -> str:
-    # Lark string literals take JSON's escapes.
-    return json.dumps(text, ensure_ascii=False)
-
-
-def _json(schema: Any) -> str:
-    merged = dict(schema) if isinstance(schema, dict) else {}
-    guidance = dict(merged.get("x-guidance") or {})
-    merged["x-guidance"] = {**_COMPACT, **guidance}
-    return "%json " + json.dumps(merged, ensure_ascii=False)
 
 
 class _Builder:
@@ -65,7 +50,7 @@ class _Builder:
     def body(self, name: str, body: Body) -> tuple[str, str]:
         """A rule for `body` named `name`, and the content types its header may carry."""
         if isinstance(body, JsonBody):
-            self.rules.append(f"{name}: {_json(body.schema)}")
+            self.rules.append(f"{name}: {compact_json(body.schema)}")
             return name, _JSON_TYPES
         if isinstance(body, LarkBody):
             inlined = inline_lark(body.definition, f"g{self.inlined}_")
@@ -89,8 +74,8 @@ class _Builder:
     def call(self, index: int, call: Call) -> str:
         name = f"call_{index}"
         body, types = self.body(f"{name}_input", call.body)
-        channel = _literal(call.channel)
-        to = _literal(" to=" + call.recipient)
+        channel = lark_literal(call.channel)
+        to = lark_literal(" to=" + call.recipient)
         if call.any_name:
             to = f"({to} /[A-Za-z0-9_-]+/)"
         self.rules.append(

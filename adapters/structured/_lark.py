@@ -16,9 +16,28 @@ instead (llguidance's top-level JSON), which only the native engine reads.
 
 from __future__ import annotations
 
+import json
 import re
+from typing import Any
 
-__all__ = ["inline_lark"]
+__all__ = ["COMPACT", "compact_json", "inline_lark", "lark_literal"]
+
+#: JSON written without free whitespace: its length is bounded by what the schema allows.
+COMPACT = {"whitespace_flexible": False, "item_separator": ",", "key_separator": ":"}
+
+
+def lark_literal(text: str) -> str:
+    """`text` as a Lark string literal (which takes JSON's escapes)."""
+    return json.dumps(text, ensure_ascii=False)
+
+
+def compact_json(schema: Any) -> str:
+    """`%json` of `schema`, written compactly (`COMPACT`) unless its `x-guidance` says else."""
+    merged = dict(schema) if isinstance(schema, dict) else {}
+    guidance = dict(merged.get("x-guidance") or {})
+    merged["x-guidance"] = {**COMPACT, **guidance}
+    return "%json " + json.dumps(merged, ensure_ascii=False)
+
 
 _NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_-]*")
 _IMPORT = re.compile(r"^\s*%import\s+common\.([A-Za-z_][A-Za-z0-9_]*)\s*(?:->\s*\w+\s*)?$")

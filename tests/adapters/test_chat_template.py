@@ -295,3 +295,22 @@ def test_gpt_oss_engines_refuse_chat_template(engine: str) -> None:
     args = argparse.Namespace(model="x", chat_format="chat-template", traces=None)
     with pytest.raises(EngineSetupError, match="--engine vllm or sglang"):
         ENGINES[engine](args)
+
+
+def test_serve_vllm_with_chat_template_hands_vllm_the_think_tag_constraint(
+    standin_vllm: fakes_vllm.FakeAsyncLLM, model_dir: Path
+) -> None:
+    """Bug: a think-tag model's `text.format` reached vLLM as nothing (`constraint_for` was
+    None); it now gets the grammar over the whole think-tag completion, reasoning first."""
+    engine = ENGINES["vllm"](vllm_args(model_dir))
+    schema = {"type": "object", "properties": {"a": {"type": "string"}}, "required": ["a"]}
+    text = {"format": {"type": "json_schema", "name": "a", "schema": schema}}
+    body = {"model": "qwenish", "input": "Hi", "max_output_tokens": 200, "text": text}
+    with serve(create_app(engine)) as url:
+        reply = httpx.post(f"{url}/v1/responses", json=body, timeout=30)
+    assert reply.status_code == 200, reply.text
+    [params] = standin_vllm.params.values()
+    expected = ChatTemplateFormat(model_dir).constraint_for(parse_create_request(body))
+    assert expected is not None
+    assert params.structured_outputs.grammar == expected.grammar
+    assert "think[max_tokens=" in expected.grammar
