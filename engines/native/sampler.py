@@ -94,10 +94,15 @@ def sample_batch(
     """`sample`'s tokens and logprobs for every row of `logits` [B, vocab] (float32), as batch
     tensor ops, plus whether each token is in its row's `stop_ids`; one host transfer.
 
+    `logits` is the step's own buffer, which the next step overwrites, and is used as the
+    draw's scratch: its values after the call are unspecified. (At 16 rows of a 201k
+    vocabulary each [B, vocab] temporary is 13 MB; glibc gave them back to the system between
+    steps, so every step page-faulted them in again: 8,000-12,000 faults a step, as much
+    system time as the sampling's own.)
+
     `bitmask` [B, ceil(vocab / 32)] (int32, on the logits' device; see `bitmask`) restricts
-    which tokens each row may draw, masking `logits` IN PLACE (the engine's own buffer, which
-    the next step overwrites: a masked copy cost a fresh [B, vocab] each step); the reported
-    logprobs stay the model's own, taken before the mask.
+    which tokens each row may draw; the reported logprobs stay the model's own, taken before
+    the mask.
 
     Python branches read only the params (host values), never a tensor, so nothing waits for
     the device before the final transfer.
@@ -107,14 +112,18 @@ def sample_batch(
     logprobs = torch.log_softmax(logits, dim=-1) if want else None
     if bitmask is not None:
         apply_token_bitmask_(logits, bitmask)
-    chosen = logits.argmax(dim=-1)
     drawn_rows = [row for row, p in enumerate(params) if p.temperature > 0]
-    if drawn_rows:
-        rows = torch.tensor(drawn_rows, device=device)
-        # One uniform per drawn row from the row's own generator, as `_draw` takes it.
-        u = torch.cat([torch.rand(1, generator=generators[r], device=device) for r in drawn_rows])
-        drawn = _draw_rows(logits.index_select(0, rows), [params[r] for r in drawn_rows], u)
-        chosen = chosen.index_copy(0, rows, drawn)
+    # One uniform per drawn row from the row's own generator, as `_draw` takes it.
+    u = [torch.rand(1, generator=generators[r], device=device) for r in drawn_rows]
+    drawn_params = [params[r] for r in drawn_rows]
+    if len(drawn_rows) == len(params):  # every row draws: in place, no copy, no argmax
+        chosen = _draw_rows(logits, drawn_params, torch.cat(u))
+    else:  # greedy rows take the argmax, the drawn rows' entries are replaced
+        chosen = logits.argmax(dim=-1)
+        if drawn_rows:
+            rows = torch.tensor(drawn_rows, device=device)
+            drawn = _draw_rows(logits.index_select(0, rows), drawn_params, torch.cat(u))
+            chosen = chosen.index_copy(0, rows, drawn)
     columns = [chosen.to(torch.float32)[:, None]]  # ids < 2**24 are exact in float32
     if stop_ids is not None:
         width = max(1, max(len(s) for s in stop_ids))
@@ -148,10 +157,12 @@ def sample_batch(
 
 
 def _draw_rows(logits: torch.Tensor, params: list[SamplingParams], u: torch.Tensor) -> torch.Tensor:
-    """`_draw` for each row of logits [R, vocab] with uniforms u [R], as batch ops."""
+    """`_draw` for each row of logits [R, vocab] with uniforms u [R], as batch ops; `logits`
+    is overwritten (with the rows' cumulative distributions, where no top-k or top-p cut
+    makes a new tensor first)."""
     device, vocab = logits.device, logits.shape[-1]
     temperature = torch.tensor([p.temperature for p in params], device=device)
-    scaled = logits / temperature.to(logits.dtype)[:, None]
+    scaled = logits.div_(temperature.to(logits.dtype)[:, None])
     if any(p.top_k for p in params):
         k = [min(p.top_k, vocab) if p.top_k else 1 for p in params]
         best = scaled.topk(max(k), dim=-1).values
@@ -168,6 +179,11 @@ def _draw_rows(logits: torch.Tensor, params: list[SamplingParams], u: torch.Tens
         )
         drop = (cumulative - probs) >= bar.to(probs.dtype)[:, None]
         scaled = scaled.scatter(1, order, sorted_logits.masked_fill(drop, float("-inf")))
-    cumulative = scaled.softmax(-1).cumsum(-1)
+    # softmax(-1).cumsum(-1) of `_draw`, in place: the same kernels, the same values (CPU's
+    # softmax writes each row after reading it; elsewhere it gets its own output).
+    if scaled.device.type == "cpu":
+        cumulative = torch.softmax(scaled, -1, out=scaled).cumsum_(-1)
+    else:
+        cumulative = scaled.softmax(-1).cumsum_(-1)
     target = (u.to(cumulative.dtype) * cumulative[:, -1])[:, None]
     return torch.searchsorted(cumulative, target).clamp(max=vocab - 1)[:, 0]

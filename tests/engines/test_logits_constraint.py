@@ -85,15 +85,11 @@ def test_sample_batch_draws_inside_the_mask_and_reports_the_models_logprobs() ->
     params = [GREEDY, SAMPLED, GREEDY, SAMPLED]
     bitmask = torch.full((4, VOCAB // 32), -1, dtype=torch.int32)
     bitmask[0] = bitmask[1] = pack(ALLOWED, VOCAB)
-    raw = torch.log_softmax(logits, dim=-1)
-    free_rows = logits[2:].clone()
+    raw = torch.log_softmax(logits, dim=-1)  # sample_batch uses its logits as scratch
     samples = sample_batch(logits, params, [make_generator(p) for p in params], bitmask=bitmask)
     assert samples[0].token_id in ALLOWED and samples[1].token_id in ALLOWED
     assert samples[2].token_id == int(raw[2].argmax())
     assert samples[1].logprob == pytest.approx(float(raw[1, samples[1].token_id]), abs=1e-5)
-    # The mask went into the logits themselves (the engine's buffer), and only where it said.
-    assert logits[0].isfinite().nonzero()[:, 0].tolist() == list(ALLOWED)
-    assert torch.equal(logits[2:], free_rows)
 
 
 @pytest.mark.parametrize("static_decode", [True, False])

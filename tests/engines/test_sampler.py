@@ -50,7 +50,7 @@ def test_batch_sampling_equals_the_row_by_row_reference(rows: list[int]) -> None
     for step in range(12):
         logits = _logits(len(params), seed=step)
         expected = sample(logits, params, ref_gens)
-        got = sample_batch(logits, params, batch_gens, stop_ids[: len(params)])
+        got = sample_batch(logits.clone(), params, batch_gens, stop_ids[: len(params)])
         for row, (e, g) in enumerate(zip(expected, got, strict=True)):
             assert g.token_id == e.token_id, (step, row)
             if math.isnan(e.logprob):
@@ -105,3 +105,49 @@ def test_one_host_transfer_per_step(monkeypatch: pytest.MonkeyPatch) -> None:
     assert syncs.count == 0
     # ids, stop flags, logprobs, 5 top ids and 5 top logprobs per row: one [8, 13] transfer.
     assert transfers == [(len(MIX), 13)]
+
+
+class _BigOutputs(TorchDispatchMode):
+    """Records ops whose output is a new tensor of at least `numel` elements (not written
+    into one of the op's inputs)."""
+
+    def __init__(self, numel: int) -> None:
+        super().__init__()
+        self.numel = numel
+        self.ops: list[str] = []
+
+    def __torch_dispatch__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
+        out = func(*args, **(kwargs or {}))
+        inputs = [a for a in [*args, *(kwargs or {}).values()] if isinstance(a, torch.Tensor)]
+        for tensor in out if isinstance(out, (tuple, list)) else [out]:
+            if (
+                isinstance(tensor, torch.Tensor)
+                and tensor.numel() >= self.numel
+                and all(tensor.data_ptr() != a.data_ptr() for a in inputs)
+            ):
+                self.ops.append(func.overloadpacket.__name__)
+        return out
+
+
+@pytest.mark.parametrize("masked", [False, True])
+def test_a_step_that_draws_every_row_makes_no_logits_sized_temporary(masked: bool) -> None:
+    """Bug: each drawn step copied its rows (index_select), scaled them, took a softmax and a
+    cumsum, each a new [B, vocab] tensor (and the mask a fifth): 13 MB apiece at 16 rows of
+    gpt-oss's 201k vocabulary, which glibc handed back to the system between steps, so every
+    step page-faulted ~50 MB in again (8,000-12,000 faults, as much system time as the
+    sampling's own). The logits are the step's scratch now."""
+    params = [SamplingParams(temperature=t, seed=i) for i, t in enumerate((0.7, 1.0, 1.3))]
+    vocab = 3008  # a multiple of 32, as gpt-oss's is (others take the shifts, see bitmask)
+    logits = torch.randn(len(params), vocab, generator=torch.Generator().manual_seed(1))
+    bitmask = torch.full((len(params), vocab // 32), -1, dtype=torch.int32)
+    bitmask[:, 3:40] = 0x0F0F0F0F
+    big = _BigOutputs(logits.numel())
+    with big:
+        sample_batch(
+            logits,
+            params,
+            [make_generator(p) for p in params],
+            [frozenset({1})] * len(params),
+            bitmask=bitmask if masked else None,
+        )
+    assert big.ops == []
