@@ -10,10 +10,12 @@ constrained side carries the JSON-schema grammar `responses.parse(text_format=..
 (`structured.harmony_grammar`, free reasoning then a schema-bound answer); the reasoning bound
 is set past `--tokens`, so a constrained sequence stays in its free analysis text as the
 unconstrained one does and both run the same number of steps: what differs is only the mask.
-Printed: tokens/s per level (median of `--reps`, free and constrained alternated), the ratio,
-the grammar's compile time (cold: a new schema; cached: the same grammar again, a copy of the
-compiled matcher), the mask's cost per sequence-step measured alone (llguidance filling a row
-on the host), and applying a 16-row mask to the logits on `--device`.
+Printed: tokens/s per level (median of `--reps`, free and constrained alternated) and their
+ratio; the same per second of the process's CPU time (all threads; on a CPU machine shared
+with other load, the figure that load moves least); the grammar's compile time (cold: a new
+schema; cached: the same grammar again, a copy of the compiled matcher); the mask's cost per
+sequence-step measured alone (llguidance filling a row on the host); and masking 16 rows of
+logits on `--device`.
 
 `--breakdown N` adds where a step's time goes, free against constrained (N rows, `EngineCore`
 stepped directly, no event loop): the forward, filling the bitmask, masking the logits, the
@@ -25,6 +27,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import resource
 import statistics
 import tempfile
 import time
@@ -70,7 +73,24 @@ def prompt() -> tuple[int, ...]:
     return tuple(harmony_encoding().encode(text, allowed_special="all"))
 
 
-async def run(engine: object, n: int, tokens: int, decoding: DecodingConstraint | None) -> float:
+def cpu_seconds() -> float:
+    """This process's CPU time (every thread: the engine's, the event loop's)."""
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    return usage.ru_utime + usage.ru_stime
+
+
+def measure(
+    engine: object, n: int, tokens: int, decoding: DecodingConstraint | None
+) -> tuple[float, float]:
+    """Tokens per second of wall time, and per second of the process's CPU time."""
+    cpu = cpu_seconds()
+    start = time.perf_counter()
+    made = asyncio.run(run(engine, n, tokens, decoding))
+    wall = time.perf_counter() - start
+    return made / wall, made / (cpu_seconds() - cpu)
+
+
+async def run(engine: object, n: int, tokens: int, decoding: DecodingConstraint | None) -> int:
     ids = prompt()
 
     async def one(i: int) -> int:
@@ -86,9 +106,8 @@ async def run(engine: object, n: int, tokens: int, decoding: DecodingConstraint 
             count += len(chunk.token_ids)
         return count
 
-    start = time.perf_counter()
     counts = await asyncio.gather(*(one(i) for i in range(n)))
-    return sum(counts) / (time.perf_counter() - start)
+    return sum(counts)
 
 
 def compile_costs(tokens: int) -> tuple[float, float]:
@@ -175,16 +194,19 @@ def _sync(device: str) -> None:
 def breakdown(core: EngineCore, rows: int, tokens: int, device: str, reps: int) -> None:
     """Milliseconds per step in each phase, free and constrained alternated (medians of reps)."""
     times: dict[str, list[int]] = defaultdict(list)
+    # On the CPU each phase is timed in this thread's CPU time (the machine's other load does
+    # not count); on CUDA in wall time, synchronised.
+    clock = time.thread_time_ns if device == "cpu" else time.perf_counter_ns
 
     def timed(owner: Any, name: str, label: str) -> Callable[[], None]:
         original = getattr(owner, name)
 
         def wrapper(*args: Any, **kwargs: Any) -> Any:
             _sync(device)
-            start = time.perf_counter_ns()
+            start = clock()
             result = original(*args, **kwargs)
             _sync(device)
-            times[label].append(time.perf_counter_ns() - start)
+            times[label].append(clock() - start)
             return result
 
         setattr(owner, name, wrapper)
@@ -228,7 +250,8 @@ def breakdown(core: EngineCore, rows: int, tokens: int, device: str, reps: int) 
     finally:
         for undo in restore:
             undo()
-    print(f"\nper step at {rows} rows (ms, mean over a run's steps, median of {reps} runs):")
+    kind = "CPU time of the stepping thread" if device == "cpu" else "wall time"
+    print(f"\nper step at {rows} rows (ms of {kind}; a run's mean step, median of {reps} runs):")
     print("| phase | free | constrained | added |")
     print("|---|---:|---:|---:|")
     for label, _, _ in phases:
@@ -264,15 +287,22 @@ def main() -> None:
             threads=args.threads,
         ) as engine:
             asyncio.run(run(engine, 4, 8, constraint))  # warm-up: tokenizer, kernels
-            print("| concurrent | free tok/s | constrained tok/s | constrained / free |")
-            print("|---:|---:|---:|---:|")
+            print(
+                "| concurrent | free tok/s | constrained tok/s | constrained / free"
+                " | per CPU-second: free | constrained | constrained / free |"
+            )
+            print("|---:|---:|---:|---:|---:|---:|---:|")
             for n in args.concurrency:
                 free, held = [], []
                 for _ in range(args.reps):  # alternated, so drift hits both alike
-                    free.append(asyncio.run(run(engine, n, args.tokens, None)))
-                    held.append(asyncio.run(run(engine, n, args.tokens, constraint)))
-                f, h = statistics.median(free), statistics.median(held)
-                print(f"| {n} | {f:,.0f} | {h:,.0f} | {h / f:.2f} |")
+                    free.append(measure(engine, n, args.tokens, None))
+                    held.append(measure(engine, n, args.tokens, constraint))
+                f, h = (statistics.median(r[0] for r in runs) for runs in (free, held))
+                fc, hc = (statistics.median(r[1] for r in runs) for runs in (free, held))
+                print(
+                    f"| {n} | {f:,.0f} | {h:,.0f} | {h / f:.2f}"
+                    f" | {fc:,.0f} | {hc:,.0f} | {hc / fc:.2f} |"
+                )
             threads = engine.threads
         if args.breakdown:  # the same model in a core of its own, stepped on this thread
             torch.set_num_threads(threads)
