@@ -14,15 +14,11 @@ The ratio of the two TTFEs is the cost of the abuse. Run from the repository roo
 
     python benchmarks/bench_abuse.py [--streams 500] [--stalled 50] [--half-open 200]
 
-With `--agent` it measures the server-side tools instead (issue 29), on a server started with
-`--python-tool` and `--mcp-allow` for an MCP server (the `mcp` SDK, its own process) written
-to misbehave: a 4 MB tool listing and a 20 MB tool output. In one run: bystander streams
-alone; then the same streams while `--python-calls` requests each run python that takes
-800 MB and sleeps, and `--mcp-calls` requests ask the misbehaving server for its listing and
-its output. The server's RSS must stay bounded (the python memory is in the sandboxes, at most
-2 x (1 GiB + 64 MiB)); the bystanders' TTFE should stay within 2x of alone:
+With `--agent` it measures the server-side tools instead (issue 29): misbehaving MCP servers
+and concurrent python calls against paced bystanders, idle and abused phases alternated; see
+`bench_abuse_agent.py` for what it runs and its arguments:
 
-    python benchmarks/bench_abuse.py --agent [--streams 50] [--python-calls 6] [--mcp-calls 6]
+    python benchmarks/bench_abuse.py --agent [--rounds 5] [--python-calls 6] [--mcp-calls 6]
 """
 
 from __future__ import annotations
@@ -43,6 +39,7 @@ import anyio
 import httpx
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+from bench_abuse_agent import add_arguments, agent_abuse
 from bench_server import free_port, one_stream, write_trace
 
 
@@ -99,8 +96,7 @@ def main() -> None:
     parser.add_argument("--big-tokens", type=int, default=20_000, help="the stalled-for log")
     parser.add_argument("--header-timeout", type=float, default=5.0)
     parser.add_argument("--agent", action="store_true", help="the server-side tools instead")
-    parser.add_argument("--python-calls", type=int, default=6)
-    parser.add_argument("--mcp-calls", type=int, default=6)
+    add_arguments(parser)
     args = parser.parse_args()
     if args.agent:
         agent_abuse(args)
@@ -195,148 +191,6 @@ def main() -> None:
                 sock.close()
             server.terminate()
             server.wait(timeout=15)
-
-
-_EVIL_MCP = """
-import sys, uvicorn
-from mcp.server.mcpserver import MCPServer
-from starlette.applications import Starlette
-from starlette.routing import Mount
-server = MCPServer("evil")
-if sys.argv[2] == "listing":
-    for i in range(2000):  # about 4 MB of listing
-        server.add_tool(lambda: "ok", name=f"tool_{i}", description="d" * 2000)
-else:
-    server.add_tool(lambda: "x" * (20 << 20), name="flood", description="20 MB of output")
-inner = server.streamable_http_app()
-app = Starlette(routes=[Mount("/", inner)], lifespan=inner.router.lifespan_context)
-uvicorn.run(app, host="127.0.0.1", port=int(sys.argv[1]), log_level="error")
-"""
-
-
-def _write_turns(directory: Path, turns: list[str]) -> None:
-    from streamfold.engines import TokenChunk, dump_trace
-    from streamfold.engines.vocab import harmony_encoding
-
-    directory.mkdir(parents=True)
-    for turn, text in enumerate(turns):
-        ids = harmony_encoding().encode(text, allowed_special="all")
-        header = {"grammar": "harmony", "encoding": "o200k_harmony", "response_id": "resp_b",
-                  "model": directory.name, "created_at": 1}  # fmt: skip
-        chunks = [TokenChunk(token_ids=(t,)) for t in ids]
-        (directory / f"{turn}.jsonl").write_text(dump_trace(header, chunks, "stop"))
-
-
-async def _agent_request(port: int, body: dict[str, object], done: list[float]) -> None:
-    t0 = time.perf_counter()
-    async with httpx.AsyncClient(timeout=300) as client:
-        reply = await client.post(f"http://127.0.0.1:{port}/v1/responses", json=body)
-    if reply.status_code != 200:
-        raise RuntimeError(f"an agent request failed: {reply.status_code} {reply.text[:200]}")
-    done.append(time.perf_counter() - t0)
-
-
-async def _abused_streams(port: int, n: int, bodies: list[dict[str, object]]) -> dict[str, float]:
-    done: list[float] = []
-    async with anyio.create_task_group() as tg:
-        for body in bodies:
-            tg.start_soon(_agent_request, port, body, done)
-        await anyio.sleep(0.5)  # the tools are under way
-        measured = await streams(port, n)
-    return {**measured, "agent_requests": len(done), "agent_wall_max_s": max(done, default=0)}
-
-
-def cpu_s(pid: int) -> float:
-    """CPU seconds a process has used (user + system)."""
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-
-
-def agent_abuse(args: argparse.Namespace) -> None:
-    final = "<|channel|>final<|message|>done<|return|>"
-    hog = "x = bytearray(800 << 20)\nimport time\ntime.sleep(2)\nprint(len(x))"
-    with tempfile.TemporaryDirectory() as tmp:
-        traces = Path(tmp) / "traces"
-        traces.mkdir()
-        write_trace(traces, args.tokens)
-        _write_turns(
-            traces / "pyhog", [f"<|channel|>analysis to=python code<|message|>{hog}<|call|>", final]
-        )
-        flood = "<|channel|>commentary to=evil.flood <|constrain|>json<|message|>{}<|call|>"
-        _write_turns(traces / "flood", [flood, final])
-        port, listing_port, flood_port = free_port(), free_port(), free_port()
-        evil = [
-            subprocess.Popen(
-                [sys.executable, "-c", _EVIL_MCP, str(p), mode], stderr=subprocess.DEVNULL
-            )
-            for p, mode in ((listing_port, "listing"), (flood_port, "flood"))
-        ]
-        streamfold = Path(sys.executable).parent / "streamfold"
-        server = subprocess.Popen(
-            [str(streamfold), "serve", "--traces", str(traces), "--port", str(port),
-             "--store", str(Path(tmp) / "r.sqlite3"), "--log-level", "error", "--python-tool",
-             "--mcp-allow", f"http://127.0.0.1:{listing_port}/",
-             "--mcp-allow", f"http://127.0.0.1:{flood_port}/"],
-        )  # fmt: skip
-        try:
-            urls = [f"http://127.0.0.1:{p}/mcp" for p in (listing_port, flood_port)]
-            for url in (f"http://127.0.0.1:{port}/health", *urls):
-                deadline = time.monotonic() + 60
-                while True:
-                    try:
-                        httpx.get(url, timeout=1)
-                        break
-                    except httpx.TransportError:
-                        if time.monotonic() > deadline:
-                            raise SystemExit(f"{url} did not start") from None
-                        time.sleep(0.2)
-            anyio.run(one_stream, port, [])
-
-            def mcp(url: str) -> dict[str, str]:
-                return {"type": "mcp", "server_label": "evil", "require_approval": "never",
-                        "server_url": url}  # fmt: skip
-
-            python = {"type": "code_interpreter", "container": {"type": "auto"}}
-            half = args.mcp_calls // 2
-            bodies: list[dict[str, object]] = [
-                *[{"model": "pyhog", "input": "x", "tools": [python]}] * args.python_calls,
-                *[{"model": "bench", "input": "x", "tools": [mcp(urls[0])]}] * half,
-                *[{"model": "flood", "input": "x", "tools": [mcp(urls[1])]}]
-                * (args.mcp_calls - half),
-            ]
-            # One of each first: the first MCP request imports the mcp SDK (seconds, once).
-            anyio.run(_abused_streams, port, 1, [bodies[0], bodies[-1]])
-            print(
-                f"streamfold serve --python-tool, replay engine, {os.cpu_count()} CPUs, load "
-                f"average {os.getloadavg()[0]:.1f} (a shared machine: compare rows of one run)"
-            )
-            idle, cpu0 = rss_mb(server.pid), cpu_s(server.pid)
-            with PeakRSS(server.pid) as peak:
-                alone = anyio.run(streams, port, args.streams)
-            alone["server_cpu_s"] = cpu_s(server.pid) - cpu0
-            row(f"{args.streams} streams alone", alone, idle, peak.peak)
-            before, cpu0 = rss_mb(server.pid), cpu_s(server.pid)
-            with PeakRSS(server.pid) as peak:
-                abused = anyio.run(_abused_streams, port, args.streams, bodies)
-            # The tools' own CPU (the sandboxes, the MCP servers) is not the server's: on a
-            # machine this small they compete with it for the CPUs all the same.
-            abused["server_cpu_s"] = cpu_s(server.pid) - cpu0
-            row(
-                f"{args.streams} streams + {args.python_calls} python calls of 800 MB + "
-                f"{args.mcp_calls} calls to an MCP server listing 4 MB and sending 20 MB",
-                abused,
-                before,
-                peak.peak,
-            )
-            print(
-                f"TTFE p50 ratio abused/alone: {abused['ttfe_p50_ms'] / alone['ttfe_p50_ms']:.2f}, "
-                f"p99 ratio: {abused['ttfe_p99_ms'] / alone['ttfe_p99_ms']:.2f}; server RSS "
-                f"grew {peak.peak - before:.0f} MB at peak"
-            )
-        finally:
-            for process in (server, *evil):
-                process.terminate()
-                process.wait(timeout=15)
 
 
 def row(name: str, result: dict[str, float], before: float, peak: float) -> None:

@@ -37,6 +37,7 @@ from ._mcp_limits import (
     ResponseTooLarge,
     budget_transport,
     check_tool,
+    shared_ssl_context,
 )
 from ._tool import ItemKind, ToolInfo, ToolResult
 
@@ -225,6 +226,7 @@ class McpTool:
     def _http_client(
         self,
         budget: ByteBudget,
+        ssl_context: Any,
         headers: dict[str, str] | None = None,
         timeout: Any = None,
         auth: Any = None,
@@ -237,7 +239,7 @@ class McpTool:
             auth=auth,
             follow_redirects=False,
             event_hooks={"request": [self._check_request], "response": [self._refuse_redirect]},
-            transport=budget_transport(budget),
+            transport=budget_transport(budget, ssl_context),
         )
 
     @property
@@ -254,18 +256,19 @@ class McpTool:
         config = self.config
         headers = dict(config.headers)
         timeout = self.connect_seconds
+        ssl_context = await shared_ssl_context()
         if config.transport == "sse":
             transport: Any = sse_client(
                 config.server_url,
                 headers=headers,
                 timeout=timeout,
-                httpx_client_factory=functools.partial(self._http_client, budget),
+                httpx_client_factory=functools.partial(self._http_client, budget, ssl_context),
             )
             async with Client(transport, read_timeout_seconds=read_seconds, cache=None) as client:
                 yield client
             return
         http = self._http_client(
-            budget, headers=headers, timeout=httpx2.Timeout(timeout, read=None)
+            budget, ssl_context, headers=headers, timeout=httpx2.Timeout(timeout, read=None)
         )
         async with http:
             transport = streamable_http_client(config.server_url, http_client=http)

@@ -22,6 +22,7 @@ import json
 from collections.abc import AsyncIterator
 from typing import Any
 
+import anyio
 import attrs
 
 from ._tool import ToolInfo
@@ -33,6 +34,7 @@ __all__ = [
     "ResponseTooLarge",
     "budget_transport",
     "check_tool",
+    "shared_ssl_context",
 ]
 
 
@@ -118,8 +120,8 @@ def _transport_class() -> type:
         """Fails the read that passes the budget: a body is never read whole before it is
         judged."""
 
-        def __init__(self, budget: ByteBudget) -> None:
-            super().__init__()
+        def __init__(self, budget: ByteBudget, ssl_context: Any) -> None:
+            super().__init__(verify=ssl_context)
             self.budget = budget
 
         async def handle_async_request(self, request: httpx2.Request) -> httpx2.Response:
@@ -134,6 +136,23 @@ def _transport_class() -> type:
     return Budgeted
 
 
-def budget_transport(budget: ByteBudget) -> Any:
-    """An httpx2 transport that counts every response body byte against `budget`."""
-    return _transport_class()(budget)
+def budget_transport(budget: ByteBudget, ssl_context: Any) -> Any:
+    """An httpx2 transport that counts every response body byte against `budget`, verifying
+    TLS with `ssl_context` (an `ssl.SSLContext`: build it once, see `shared_ssl_context`)."""
+    return _transport_class()(budget, ssl_context)
+
+
+@functools.cache
+def _ssl_context() -> Any:
+    import httpx2
+
+    return httpx2.create_ssl_context()  # what an httpx2 transport builds by default
+
+
+async def shared_ssl_context() -> Any:
+    """The one TLS context of every MCP connection, built off the event loop the first time.
+
+    A transport left to build its own loads the system's CA certificates each time: ~20 ms of
+    CPU per MCP operation, on the event loop (two per MCP call: its listing and the call), which
+    `bench_abuse.py --agent` found to be most of what delayed other requests (issue 29)."""
+    return await anyio.to_thread.run_sync(_ssl_context)

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
+import threading
 from collections.abc import Iterator
 from typing import Any
 
@@ -52,6 +54,40 @@ async def test_lists_and_calls_over_both_transports(
     assert run.headers_seen
     assert all(h.get("authorization") == "Bearer s3cret" for h in run.headers_seen[-3:])
     assert all(h.get("x-tenant") == "t1" for h in run.headers_seen[-3:])
+
+
+@pytest.mark.parametrize("transport", ["streamable_http", "sse"])
+async def test_the_tls_context_is_built_once_off_the_event_loop(
+    transport: str,
+    mcp_server: McpServerRun,
+    mcp_sse_server: McpServerRun,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # Each MCP operation (a listing, a call) let httpx2 build a TLS context of its own: the CA
+    # certificates loaded again, ~20 ms of CPU on the event loop each time, which was most of
+    # what delayed other requests under `bench_abuse.py --agent` (issue 29).
+    import httpcore2
+
+    from streamfold.adapters.agent import _mcp_limits
+
+    built: list[threading.Thread] = []
+    real = httpcore2.default_ssl_context
+
+    def counted(**kwargs: Any) -> Any:
+        built.append(threading.current_thread())
+        return real(**kwargs)
+
+    monkeypatch.setattr(httpcore2, "default_ssl_context", counted)
+    with contextlib.suppress(AttributeError):  # a fresh cache: the one build happens here
+        _mcp_limits._ssl_context.cache_clear()
+    run = mcp_server if transport == "streamable_http" else mcp_sse_server
+    url = run.streamable_url if transport == "streamable_http" else run.sse_url
+    for _ in range(3):
+        tool = _tool(url)
+        await tool.list_tools()
+        assert (await tool.call("add", '{"a": 5, "b": 6}')).output == "11"
+    assert len(built) == 1
+    assert built[0] is not threading.main_thread()
 
 
 async def test_allowed_tools_and_read_only_filter(mcp_server: McpServerRun) -> None:
