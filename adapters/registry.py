@@ -83,7 +83,12 @@ class Engine:
 
     `enforces_constraints` says whether the source masks its tokens by a request's
     `GenerationRequest.decoding` (structured outputs, `tool_choice`): the native engine does;
-    replay serves what was recorded, and the server says so once in its log."""
+    replay serves what was recorded, and the server says so once in its log.
+
+    `keeps_prefixes` says whether the source keeps a prompt's K/V after its request ends (a
+    prefix cache), so that computing a prompt now makes a later one that starts with it
+    cheaper: a WebSocket warm-up (`generate: false`) then prefills its prompt (the native
+    engine with its prefix cache on). Others accept warm-ups and compute nothing."""
 
     source: TokenSource
     format: ChatFormat = HARMONY
@@ -97,6 +102,7 @@ class Engine:
     load: Callable[[], Awaitable[object]] | None = None
     max_output_tokens: int | None = None
     enforces_constraints: bool = False
+    keeps_prefixes: bool = False
     #: The model names it serves, for `GET /v1/models`; None: it names none.
     models: Callable[[], Sequence[str]] | None = None
     #: The chat format of a model by name (raises `UnknownModelError`); None: `format`.
@@ -445,6 +451,7 @@ def native_engine(args: argparse.Namespace) -> Engine:
         warm_up=engine.warm_up,
         max_output_tokens=NATIVE_MAX_OUTPUT_TOKENS if cap is None else (cap or None),
         enforces_constraints=True,
+        keeps_prefixes=engine.core.blocks.prefix_cache,
         models=lambda: (model,),
     )
 

@@ -36,9 +36,11 @@ from typing import Any, Literal
 
 import anyio
 import anyio.lowlevel
+import attrs
 from anyio.abc import TaskGroup, TaskStatus
 
-from streamfold.adapters.driver import Generation
+from streamfold.adapters.driver import Generation, close_source
+from streamfold.engines import SamplingParams
 from streamfold.statemachine import Event, StreamfoldError, loads, snapshot, to_wire
 from streamfold.statemachine._grammar import FinishReason
 
@@ -303,6 +305,33 @@ class ResponseService:
             self._sealing.pop(run.id, None)
             # Memory holds running responses only: a finished one is served from the store.
             self.live.pop(run.id, None)
+
+    async def prefill(self, prepared: Prepared) -> int:
+        """Compute a warm-up's prompt into the engine's prefix cache (`Engine.keeps_prefixes`),
+        so that a response whose prompt starts with it starts warm; returns the prompt tokens
+        sent (0: the engine keeps no prefixes, or the prompt is the agent loop's, rendered
+        later). Nothing is generated for anyone: the engine's one drawn token is dropped."""
+        prompt = prepared.generation.prompt_token_ids
+        if not self.engine.keeps_prefixes or not prompt:
+            return 0
+        request = attrs.evolve(
+            prepared.generation,
+            max_output_tokens=1,
+            sampling=SamplingParams(),
+            decoding=None,  # the token is dropped: no grammar to compile for it
+            constraint=None,
+        )
+        chunks = self.engine.source.generate(request)
+        try:
+            async for chunk in chunks:
+                if chunk.finish_reason == "error":
+                    log.warning("response %s: its warm-up's prefill failed: %s",
+                                prepared.response.id, chunk.error)  # fmt: skip
+                if chunk.finish_reason is not None:
+                    break
+        finally:
+            await close_source(chunks)  # the engine's request ends (aborted if still running)
+        return len(prompt)
 
     async def stream(self, prepared: Prepared) -> AsyncGenerator[Records, None]:
         """A foreground stream: its record batches, pulled at the client's pace (a transport

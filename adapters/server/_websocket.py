@@ -3,8 +3,9 @@
 
 Client messages are JSON text: `response.create` with the fields of a `POST /v1/responses`
 body (less `stream`, implied, and `background`, refused), optionally `stream_id` (a lane) and
-`generate: false` (a warm-up: the request is prepared, its prompt rendered, and an empty
-completed response answers it, whose id a later create may follow). Server messages are the
+`generate: false` (a warm-up: the request is prepared, its prompt rendered and, on an engine
+with a prefix cache, computed into it (`ResponseService.prefill`), and an empty completed
+response answers it, whose id a later create may follow, starting warm). Server messages are the
 events an SSE stream of the same request carries, the same records (`Records`) from the same
 service, each one JSON text message (with `stream_id` added when the create named one), and
 `error` messages, `{"type": "error", "status", "error": {"type", "code", "message",
@@ -189,7 +190,9 @@ class _Connection:
                 async for batch in batches:
                     await self._send_records(batch.records, suffix)
                     last = batch.records[-1] if batch.records else last
-        else:  # a warm-up: opened and completed at once, with no output, and not logged
+        else:  # a warm-up: its prompt prefilled where the engine keeps prefixes, then an
+            # empty response opened and completed at once, not logged
+            await self.service.prefill(prepared)
             generation = Generation(
                 self.service.engine.source,
                 prepared.generation,

@@ -100,3 +100,48 @@ def test_serve_native_streams_to_the_openai_client_and_matches_record(
 def test_serve_native_without_a_model_is_a_clear_error() -> None:
     with pytest.raises(EngineSetupError, match="init-model"):
         ENGINES["native"](argparse.Namespace(model=None, **NATIVE))
+
+
+def test_a_websocket_warm_up_prefills_so_the_next_create_starts_warm(model_dir: Path) -> None:
+    """Issue 32: `generate: false` on a WebSocket prepared the request and computed nothing, so
+    the create that followed it prefilled its whole prompt. On the native engine (a prefix
+    cache) the warm-up now prefills its prompt: the create that follows it reports that prompt
+    in `usage.input_tokens_details.cached_tokens`, where a create without one finds only the
+    blocks every prompt shares (harmony's system message)."""
+    engine = ENGINES["native"](argparse.Namespace(model=str(model_dir), **NATIVE))
+    assert engine.keeps_prefixes
+    app = create_app(engine, store=MemoryEventStore())
+    create = {"model": "tiny", "temperature": 0, "max_output_tokens": 2, "store": False}
+
+    def usage(events: list[object]) -> tuple[int, int]:
+        terminal = events[-1]
+        assert terminal.type in ("response.completed", "response.incomplete"), terminal  # type: ignore[attr-defined]
+        used = terminal.response.usage  # type: ignore[attr-defined]
+        return used.input_tokens, used.input_tokens_details.cached_tokens
+
+    def answer(connection: object, **fields: object) -> list[object]:
+        connection.response.create(**create, **fields)  # type: ignore[attr-defined]
+        events = []
+        for event in connection:  # type: ignore[attr-defined]
+            events.append(event)
+            if event.type in ("response.completed", "response.incomplete", "error"):
+                return events
+        raise AssertionError("the connection closed")
+
+    with serve(app) as url:
+        client = OpenAI(base_url=f"{url}/v1", api_key="x", max_retries=0, timeout=120)
+        with client.responses.connect() as connection:
+            long_a = " ".join(f"alpha{i}" for i in range(120))  # hundreds of tokens
+            connection.response.create(**create, instructions=long_a, input="Hi", generate=False)
+            warm = [next(iter(connection)) for _ in range(3)]
+            assert warm[-1].type == "response.completed"
+            # Instructions are not carried over by previous_response_id: a client sends them
+            # again with each turn (Codex does), so the prompt starts as the warm-up's did.
+            follow = {"instructions": long_a, "previous_response_id": warm[-1].response.id}
+            warmed = usage(answer(connection, input="Again", **follow))
+            long_b = " ".join(f"bravo{i}" for i in range(120))  # as long, never warmed
+            cold = usage(answer(connection, instructions=long_b, input="Hi"))
+    # The warm-up's prompt, but for its last partial block and the turn's own tokens, was
+    # reused; the cold create reused only the shared head.
+    assert cold[1] < 64 < cold[0]
+    assert warmed[1] >= cold[1] + 200, (warmed, cold)
