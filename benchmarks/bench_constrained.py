@@ -103,6 +103,8 @@ async def run(engine: object, n: int, tokens: int, decoding: DecodingConstraint 
         )
         count = 0
         async for chunk in engine.generate(request):  # type: ignore[attr-defined]
+            if chunk.finish_reason == "error":  # a broken path must not pass for a slow one
+                raise RuntimeError(f"request {request.request_id} failed: {chunk.error}")
             count += len(chunk.token_ids)
         return count
 

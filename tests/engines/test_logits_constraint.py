@@ -4,6 +4,7 @@ llguidance's token bitmask in here."""
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -203,3 +204,42 @@ def test_the_bitmask_masks_exactly_its_disallowed_tokens(
     in_place = logits.clone()
     assert apply_token_bitmask_(in_place, bitmask) is in_place
     assert torch.equal(in_place, expected)
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="the CUDA path needs a CUDA GPU")
+def test_on_cuda_the_mask_is_the_cpus_and_waits_for_nothing(hf_dir: Path) -> None:
+    """Where a GPU is: the accelerator path (tensor shifts, masked_fill_ in place) masks what
+    the CPU's sparse path masks over gpt-oss's vocabulary, a constrained batch draws only
+    allowed tokens with no host sync before the step's one transfer, and the engine's
+    constrained rows (pinned host bitmask, one non-blocking copy) stay inside."""
+    from test_sampler import _Syncs
+
+    rng = np.random.default_rng(0)
+    kinds = [*ROW_KINDS, *ROW_KINDS]
+    bitmask = torch.from_numpy(np.stack([_row(k, 201088 // 32, rng) for k in kinds]))
+    logits = torch.randn(len(kinds), 201088)
+    expected = apply_token_bitmask(logits, bitmask)
+    assert torch.equal(apply_token_bitmask_(logits.cuda(), bitmask.cuda()).cpu(), expected)
+    params = [SamplingParams(temperature=1.0, seed=i) for i in range(len(kinds))]
+    generators = [make_generator(p, "cuda") for p in params]
+    syncs = _Syncs()
+    with syncs:
+        samples = sample_batch(logits.cuda(), params, generators, bitmask=bitmask.cuda())
+    assert syncs.count == 0
+    assert all(bool(expected[row, s.token_id].isfinite()) for row, s in enumerate(samples))
+
+    cuda = GptOssModel.from_pretrained(hf_dir, device="cuda")
+    engine = EngineCore(cuda, block_size=4, num_blocks=128)
+    hooks = [OnlyTokens(), OnlyTokens()]
+    prompts = random_prompts([5, 9, 7], seed=8)
+    out = engine.run_to_completion(
+        [
+            _request("cg", prompts[0], GREEDY, constraint=hooks[0]),
+            _request("cs", prompts[1], SAMPLED, constraint=hooks[1]),
+            _request("fs", prompts[2], SAMPLED),
+        ]
+    )
+    for name, hook in zip(("cg", "cs"), hooks, strict=True):
+        assert set(_tokens(out[name])) <= set(ALLOWED) and hook.taken == _tokens(out[name])
+    assert len(_tokens(out["fs"])) == 12
