@@ -158,7 +158,7 @@ async def prepare(
     request, prompt = await render_truncated(renderer, request, size, chat_format)
     prompts = None
     if agent is not None:
-        prompt, prompts = (), renderer.prompts(request, size)
+        prompt, prompts = (), renderer.prompts(request, size, chat_format)
     response_id = new_id()
     if agent is not None:
         await check_approvals(store, agent.approvals, response_id)

@@ -156,9 +156,14 @@ class Renderer:
         (400) when it cannot be rendered in time or is longer than `max_input_tokens`."""
         return await self._render(_Prompt(request), body_bytes, chat_format=chat_format)
 
-    def prompts(self, request: CreateRequest, body_bytes: int) -> AgentPrompts:
-        """The agent loop's prompts for `request` (whose body is `body_bytes` long)."""
-        return AgentPrompts(renderer=self, request=request, body_bytes=body_bytes)
+    def prompts(
+        self, request: CreateRequest, body_bytes: int, chat_format: ChatFormat | None = None
+    ) -> AgentPrompts:
+        """The agent loop's prompts for `request` (whose body is `body_bytes` long), in
+        `chat_format` (None: the renderer's)."""
+        return AgentPrompts(
+            renderer=self, request=request, body_bytes=body_bytes, chat_format=chat_format
+        )
 
     async def _render(
         self, job: _Job, size: int, before: int = 0, chat_format: ChatFormat | None = None
@@ -227,10 +232,14 @@ class AgentPrompts:
     renderer: Renderer
     request: CreateRequest
     body_bytes: int
+    chat_format: ChatFormat | None = None
 
     async def prompt(self, namespaces: Sequence[Any], after: Sequence[Any]) -> tuple[int, ...]:
         job = _Prompt(self.request, tuple(namespaces), tuple(after))
-        return await self.renderer._render(job, self.body_bytes + _size(namespaces) + _size(after))
+        size = self.body_bytes + _size(namespaces) + _size(after)
+        return await self.renderer._render(job, size, chat_format=self.chat_format)
 
     async def continuation(self, message: Any, prompt_tokens: int) -> tuple[int, ...]:
-        return await self.renderer._render(_Continuation(message), _size([message]), prompt_tokens)
+        job = _Continuation(message)
+        size = _size([message])
+        return await self.renderer._render(job, size, prompt_tokens, self.chat_format)

@@ -247,3 +247,51 @@ def test_a_conversation_that_cannot_be_prompted_is_not_served(
         replay.chat_format("qwenish")
     assert why in str(raised.value.__cause__)
     assert why in caplog.text  # the operator's log says why; the client is told only "cannot"
+
+
+def test_the_agent_loop_prompts_a_think_tag_model_in_its_own_template(tmp_path: Path) -> None:
+    """Bug: a response with server-side tools renders its prompts in the agent loop, which
+    rendered them as harmony whatever the model's format: a think-tag model was sent a harmony
+    prompt. Here the MCP server cannot be reached, so no tool is shown and the prompt is the
+    template's; with tools listed, the model's format refuses them, saying they are harmony's."""
+    from streamfold.adapters.agent._config import AgentConfig
+
+    model_dir = build_model_dir(tmp_path / "traces" / "qwenish")
+    write_conversation(model_dir, TURNS)
+    engine, recording = replay_served(tmp_path / "traces")
+    nowhere = "http://127.0.0.1:9/"
+    tool = {"type": "mcp", "server_label": "w", "server_url": nowhere, "require_approval": "never"}
+    app = create_app(engine, agent=AgentConfig(mcp_allow=(nowhere,)))
+    with serve(app) as url:
+        _, reply = streamed(url, {"model": "qwenish", "input": "Hello", "tools": [tool]})
+    assert reply["status"] == "completed", reply.get("error")
+    [request] = recording.seen
+    expected = _tokenizer(model_dir).apply_chat_template(
+        [{"role": "user", "content": "Hello"}], add_generation_prompt=True, tokenize=True
+    )
+    expected = list(expected["input_ids"] if hasattr(expected, "keys") else expected)
+    assert list(request.prompt_token_ids) == expected
+
+
+def test_server_tools_listed_for_a_think_tag_model_fail_saying_they_are_harmonys(
+    tmp_path: Path,
+) -> None:
+    from streamfold.adapters.agent._config import AgentConfig
+    from tests.agent.mcp_server import running_mcp_server
+
+    model_dir = build_model_dir(tmp_path / "traces" / "qwenish")
+    write_conversation(model_dir, TURNS)
+    engine, recording = replay_served(tmp_path / "traces")
+    with running_mcp_server() as mcp:
+        tool = {
+            "type": "mcp",
+            "server_label": "w",
+            "server_url": mcp.streamable_url,
+            "require_approval": "never",
+        }
+        app = create_app(engine, agent=AgentConfig(mcp_allow=(mcp.url + "/",)))
+        with serve(app) as url:
+            _, reply = streamed(url, {"model": "qwenish", "input": "Hello", "tools": [tool]})
+    assert reply["status"] == "failed"
+    assert "harmony models only" in reply["error"]["message"]
+    assert recording.seen == []  # nothing was generated from a prompt the model cannot read
