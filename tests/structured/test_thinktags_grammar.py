@@ -307,6 +307,17 @@ def test_a_prompt_that_opened_think_starts_the_grammar_in_reasoning(tmp_path: Pa
     assert not _accepts(chat_format, {"text": JSON_ANSWER}, _encode(model_dir, f"{PET}<|im_end|>"))
 
 
+def test_a_prompt_that_closed_think_leaves_no_reasoning(tmp_path: Path) -> None:
+    """A template with thinking turned off writes `<think>\n\n</think>\n\n` in the prompt
+    (Qwen3's `enable_thinking=False`): the completion is the answer alone."""
+    closed = "{{- '<think>\\n\\n</think>\\n\\n' }}"
+    model_dir = build_model_dir(tmp_path / "off", opening=closed)
+    chat_format = ChatTemplateFormat(model_dir)
+    assert _accepts(chat_format, {"text": JSON_ANSWER}, _encode(model_dir, f"{PET}<|im_end|>"))
+    thought = _encode(model_dir, f"<think>\nA pet.\n</think>\n\n{PET}<|im_end|>")
+    assert not _accepts(chat_format, {"text": JSON_ANSWER}, thought)
+
+
 def test_reasoning_is_bounded_by_the_budget(chat_format: ChatTemplateFormat) -> None:
     constraint = chat_format.constraint_for(_request({"text": JSON_ANSWER}))
     assert constraint is not None
