@@ -295,3 +295,28 @@ def test_server_tools_listed_for_a_think_tag_model_fail_saying_they_are_harmonys
     assert reply["status"] == "failed"
     assert "harmony models only" in reply["error"]["message"]
     assert recording.seen == []  # nothing was generated from a prompt the model cannot read
+
+
+def test_turns_are_read_from_the_templates_chatml_roles(tmp_path: Path) -> None:
+    """The turn is the number of assistant runs followed by a user turn or a tool's output,
+    read from `<|im_start|>` roles; parallel calls answered together are one turn."""
+    from streamfold.adapters.formats import ChatTemplateFormat
+    from streamfold.adapters.protocol import parse_create_request
+    from streamfold.adapters.replay_turns import conversation_turn
+
+    chat_format = ChatTemplateFormat(build_model_dir(tmp_path / "m"))
+    vocabulary = chat_format.grammar().vocabulary
+
+    def turn(items: Any) -> int:
+        request = parse_create_request({"model": "m", "input": items, "tools": TOOLS})
+        return conversation_turn(chat_format.render(request), vocabulary)
+
+    user = {"role": "user", "content": "Weather?"}
+    call = {"type": "function_call", "call_id": "c1", "name": "get_weather", "arguments": "{}"}
+    output = {"type": "function_call_output", "call_id": "c1", "output": "sunny"}
+    answer = {"role": "assistant", "content": "Sunny."}
+    assert turn("Weather?") == 0
+    assert turn([user, call, output]) == 1
+    parallel = [user, call, {**call, "call_id": "c2"}, output, {**output, "call_id": "c2"}]
+    assert turn(parallel) == 1
+    assert turn([user, call, output, answer, user]) == 2
