@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import AsyncGenerator
+from collections.abc import AsyncGenerator, Sequence
 from typing import Any, Literal
 
 from ..protocol import RequestError
@@ -34,11 +34,18 @@ STORE_FAILED = "the response store failed, so the response was not stored"
 
 
 async def follow(
-    store: EventStore, response_id: str, after: int, run: Run | None, *, unstored: str | None
+    store: EventStore,
+    response_id: str,
+    after: int,
+    run: Run | None,
+    *,
+    unstored: str | None,
+    unended: Sequence[EventRecord] | None = None,
 ) -> AsyncGenerator[Records, None]:
     """The log of `response_id` after `after`, then `run`'s live events until the terminal
     one, in batches (see `ResponseService.follow`). `unstored`: the final Response (JSON) of a
-    response its store refused."""
+    response its store refused; `unended`: the close records of a stored log the store could
+    not end (they follow it)."""
     position = after + 1
     if run is None and unstored is not None:
         yield failed_records(unstored, after)
@@ -50,6 +57,9 @@ async def follow(
                 if run is not None:
                     page = [r for r in page if r.sequence_number < run.base]
                 if not page:
+                    rest = [r for r in unended or () if r.sequence_number >= position]
+                    if rest:
+                        yield Records(rest)
                     return
                 position = page[-1].sequence_number + 1
                 yield Records(page, fresh=False)

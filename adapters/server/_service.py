@@ -120,6 +120,9 @@ class ResponseService:
         self._input_store = store if isinstance(store, InputStore) else None
         self._conversation_store = store if isinstance(store, ConversationStore) else None
         self.unreadable: set[str] = set()  # responses the store holds but cannot read
+        # The close records of stored logs left unfinished that the store could not end at
+        # start-up (a full disk): served after the log (`_recovery.end_interrupted`).
+        self.unended: dict[str, list[EventRecord]] = {}
         self.unstored: dict[str, str] = {}  # the final Response of runs the store refused
         #: Runs whose reasoning items are sealed, with the blobs made so far.
         self._sealing: dict[str, dict[str, str]] = {}
@@ -150,8 +153,9 @@ class ResponseService:
     async def end_interrupted(self) -> list[str]:
         """End every stored response that is unfinished and not running here; returns their
         ids (see `_recovery.end_interrupted`). Responses found unreadable are remembered."""
-        ended, unreadable = await end_interrupted(self.store, set(self.live))
+        ended, unreadable, unwritten = await end_interrupted(self.store, set(self.live))
         self.unreadable.update(unreadable)
+        self.unended.update(unwritten)
         return ended
 
     # --- preparing a request ------------------------------------------------------------
@@ -392,6 +396,8 @@ class ResponseService:
             return response_of(run.event)
         if response_id in self.unstored:
             return json.loads(self.unstored[response_id])  # type: ignore[no-any-return]
+        if response_id in self.unended:  # its terminal event is the last close record
+            return response_of(self.unended[response_id][-1].data)
         if response_id in self.unreadable:
             raise unreadable(response_id, StoreError("found damaged at start-up"))
         try:
@@ -427,7 +433,14 @@ class ResponseService:
         sent before the next is read, so a client that reads slowly holds one page in memory.
         """
         run = run if run is not None else self.live.get(response_id)
-        return follow(self.store, response_id, after, run, unstored=self.unstored.get(response_id))
+        return follow(
+            self.store,
+            response_id,
+            after,
+            run,
+            unstored=self.unstored.get(response_id),
+            unended=self.unended.get(response_id),
+        )
 
     async def cancel(self, response_id: str) -> dict[str, Any]:
         """Cancel a background response (idempotent); returns the final Response."""
@@ -437,6 +450,8 @@ class ResponseService:
             if snapshot is None:
                 raise not_found(response_id)
             background, response = snapshot.background, snapshot.response()
+            if response_id in self.unended:
+                response = response_of(self.unended[response_id][-1].data)
         else:
             background = run.background
         if not background:
@@ -470,6 +485,7 @@ class ResponseService:
             raise not_found(response_id)
         self.live.pop(response_id, None)
         await self.store.delete(response_id)
+        self.unended.pop(response_id, None)
         return {"id": response_id, "object": "response.deleted", "deleted": True}
 
     async def list_input_items(

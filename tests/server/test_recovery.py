@@ -67,8 +67,8 @@ async def _store_with_logs(store: MemoryEventStore) -> None:
 async def test_end_interrupted_ends_only_the_unfinished_logs_nobody_is_writing() -> None:
     store = FaultyStore(unreadable=frozenset({"resp_broken"}))
     await _store_with_logs(store)
-    ended, unreadable = await end_interrupted(store, {"resp_running"})
-    assert ended == ["resp_cut"] and unreadable == ["resp_broken"]
+    ended, unreadable, unwritten = await end_interrupted(store, {"resp_running"})
+    assert ended == ["resp_cut"] and unreadable == ["resp_broken"] and not unwritten
     assert await store.read("resp_whole") == WHOLE  # finished: left alone
     assert await store.read("resp_running") == CUT  # its run is still writing it
     log = await store.read("resp_cut")
@@ -80,7 +80,7 @@ async def test_end_interrupted_ends_only_the_unfinished_logs_nobody_is_writing()
     assert not check(events), format_report(check(events))
     snapshot = await store.snapshot("resp_cut")
     assert snapshot is not None and snapshot.finished
-    assert await end_interrupted(store, set()) == (["resp_running"], ["resp_broken"])
+    assert await end_interrupted(store, set()) == (["resp_running"], ["resp_broken"], {})
 
 
 async def test_a_store_that_cannot_list_its_responses_ends_none_and_does_not_raise(
@@ -90,7 +90,7 @@ async def test_a_store_that_cannot_list_its_responses_ends_none_and_does_not_rai
     store = FaultyStore(list_fails=True)
     await _store_with_logs(store)
     with caplog.at_level(logging.ERROR, "streamfold.server"):
-        assert await end_interrupted(store, set()) == ([], [])
+        assert await end_interrupted(store, set()) == ([], [], {})
     assert "cannot list its responses" in caplog.text
     assert await store.read("resp_cut") == CUT
 
@@ -120,11 +120,11 @@ async def test_one_unreadable_log_does_not_stop_the_others_being_ended(
     for response_id in ("resp_broken", "resp_cut"):
         await store.append(response_id, CUT)
     with caplog.at_level(logging.WARNING, "streamfold.server"):
-        assert await end_interrupted(store, set()) == (["resp_cut"], ["resp_broken"])
+        assert await end_interrupted(store, set()) == (["resp_cut"], ["resp_broken"], {})
     assert "ended 1 response(s) left unfinished by a previous run" in caplog.text
     caplog.clear()
     with caplog.at_level(logging.WARNING, "streamfold.server"):
-        assert await end_interrupted(store, set()) == ([], ["resp_broken"])
+        assert await end_interrupted(store, set()) == ([], ["resp_broken"], {})
     assert "left unfinished" not in caplog.text
 
 
@@ -150,7 +150,8 @@ async def test_a_healthy_sqlite_store_reports_no_damage(tmp_path: Path) -> None:
     try:
         await _store_with_logs(store)  # type: ignore[arg-type]
         assert await damaged_responses(store) == []
-        ended, unreadable = await end_interrupted(store, set())
-        assert sorted(ended) == ["resp_broken", "resp_cut", "resp_running"] and not unreadable
+        ended, unreadable, unwritten = await end_interrupted(store, set())
+        assert sorted(ended) == ["resp_broken", "resp_cut", "resp_running"]
+        assert not unreadable and not unwritten
     finally:
         store.close()
