@@ -49,6 +49,7 @@ ItemKind = Literal[
     "mcp_call",
     "mcp_list_tools",
     "mcp_approval_request",
+    "tool_search_call",
 ]
 #: The kinds of a call the server runs for the model (the agent loop's tools): the reducer
 #: makes one from the recipient (`browser.*` a web search, `python` a code interpreter call,
@@ -214,6 +215,25 @@ def _mcp_approval_request(
     )
 
 
+def _tool_search_call(
+    item: OpenItem, text: str, status: ItemStatus, _: Any, __: Any
+) -> m.OutputItem:
+    arguments: Any = {}
+    if status != "in_progress" and text.strip():
+        try:
+            arguments = json.loads(text)
+        except json.JSONDecodeError:
+            arguments = text  # not JSON: the text the model wrote, as it wrote it
+    return m.ResponseToolSearchCall(
+        id=item.item_id,
+        call_id=item.call_id or "",
+        arguments=arguments,
+        execution="client",
+        # The API's item has no `failed`: a call cut off is incomplete.
+        status="incomplete" if status == "failed" else status,
+    )
+
+
 # -- the table --------------------------------------------------------------------------------
 
 _ROWS = (
@@ -306,6 +326,13 @@ _ROWS = (
         prefix="mcpr",
         item=m.McpApprovalRequest,
         build=_mcp_approval_request,
+    ),
+    Kind(
+        name="tool_search_call",
+        prefix="tsc",
+        item=m.ResponseToolSearchCall,
+        build=_tool_search_call,
+        call_id=True,
     ),
 )
 

@@ -10,7 +10,7 @@ those out of the JSON, except on `Response`, whose nulls the API itself sends, a
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Any, Literal
 
 import attrs
 
@@ -58,10 +58,12 @@ __all__ = [
     "ResponseReasoningItem",
     "ResponseStatus",
     "ResponseTool",
+    "ResponseToolSearchCall",
     "ResponseUsage",
     "SummaryText",
     "TextLogprob",
     "TextTopLogprob",
+    "ToolSearchTool",
     "WebSearchAction",
 ]
 
@@ -207,6 +209,21 @@ class ResponseCustomToolCall:
     name: str
     input: str
     namespace: str | None = None
+
+
+@attrs.frozen(kw_only=True)
+class ResponseToolSearchCall:
+    """openai `ResponseToolSearchCall`, wire type `tool_search_call`: the model's call of a
+    client-executed `tool_search` tool. `arguments` is the JSON the model wrote, read as a
+    value (the text itself where it is not JSON); the client answers with a
+    `tool_search_output` item naming `call_id`."""
+
+    type: Literal["tool_search_call"] = attrs.field(default="tool_search_call", init=False)
+    id: str
+    call_id: str
+    arguments: Any
+    execution: Literal["server", "client"] = "client"
+    status: ItemStatus
 
 
 @attrs.frozen(kw_only=True)
@@ -373,6 +390,7 @@ OutputItem = (
     | McpCall
     | McpListTools
     | McpApprovalRequest
+    | ResponseToolSearchCall
 )
 
 
@@ -470,9 +488,21 @@ class NamespaceTool:
     tools: tuple[FunctionTool | CustomTool, ...] = ()
 
 
+@attrs.frozen(kw_only=True)
+class ToolSearchTool:
+    """openai `ToolSearchTool`: the model searches deferred tools. With `execution: "client"`
+    the model may call it (a `tool_search_call` item) and the client runs the search; any
+    other execution is a hosted search this server does not run."""
+
+    type: Literal["tool_search"] = attrs.field(default="tool_search", init=False)
+    execution: Literal["server", "client"] | None = None
+    description: str | None = None
+    parameters: dict[str, object] | None = None
+
+
 #: A tool as the Response echoes it: the client-side tools the model may call, and any other
 #: tool of the request (hosted, MCP) as the JSON object it was sent as.
-ResponseTool = FunctionTool | CustomTool | NamespaceTool | dict[str, object]
+ResponseTool = FunctionTool | CustomTool | NamespaceTool | ToolSearchTool | dict[str, object]
 
 
 ReasoningEffort = Literal["none", "minimal", "low", "medium", "high", "xhigh", "max"]

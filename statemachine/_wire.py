@@ -192,7 +192,12 @@ _exactly(
     c.TextFormat,
     lambda v, _: read_tagged(v, c.TEXT_FORMAT_CLASSES, "text format", _converter.structure),
 )
-_CLIENT_TOOLS = {"function": m.FunctionTool, "custom": m.CustomTool, "namespace": m.NamespaceTool}
+_CLIENT_TOOLS = {
+    "function": m.FunctionTool,
+    "custom": m.CustomTool,
+    "namespace": m.NamespaceTool,
+    "tool_search": m.ToolSearchTool,
+}
 
 
 def _response_tool(value: Any, _: Any) -> Any:

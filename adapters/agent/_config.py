@@ -244,10 +244,10 @@ def _unserved(config: AgentConfig, tool: object) -> str | None:
         )
     if isinstance(tool, HostedToolParam):
         return f"this server does not run the hosted tool {tool.type}"
-    if isinstance(tool, ToolSearchParam):
+    if isinstance(tool, ToolSearchParam) and tool.execution != "client":
         return (
-            "tool_search is not offered to gpt-oss, which was not trained on it (the "
-            "client's tools are all listed instead)"
+            "this server runs no hosted tool search (tool_search with execution 'server'); "
+            "a client that runs its own search sends execution 'client'"
         )
     return None
 

@@ -36,6 +36,7 @@ from streamfold.statemachine import (
     FormatJsonSchema,
     FunctionTool,
     NamespaceTool,
+    ToolSearchTool,
 )
 
 from ..protocol import (
@@ -47,6 +48,8 @@ from ..protocol import (
     FunctionCallOutputInput,
     MessageInput,
     ReasoningInput,
+    ToolSearchCallInput,
+    ToolSearchOutputInput,
 )
 from ._harmony_tools import history_messages, with_server_tools
 
@@ -134,8 +137,34 @@ def _developer_parts(request: CreateRequest) -> tuple[list[str], list[Any]]:
     elif isinstance(fmt, FormatJsonObject):
         parts.append("# Response Formats\n\nAnswer with one JSON object.")
     # tool_choice "none": the model must not call tools, so it is not shown any.
-    tools = [] if request.tool_choice == "none" else list(request.client_tools)
+    if request.tool_choice == "none":
+        return parts, []
+    tools: list[Any] = list(request.client_tools)
+    searches = [t for t in request.tools if isinstance(t, ToolSearchTool)]
+    tools += [search_function(t) for t in searches if t.execution == "client"][:1]
     return parts, tools
+
+
+#: What the model is told of a client's `tool_search` that says nothing itself.
+SEARCH_DESCRIPTION = (
+    "Search for more tools. The tools found are added to the ones you can call; call them "
+    "by name once the search has returned."
+)
+SEARCH_PARAMETERS: dict[str, object] = {
+    "type": "object",
+    "properties": {"query": {"type": "string", "description": "what the tools should do"}},
+    "required": ["query"],
+}
+
+
+def search_function(tool: ToolSearchTool) -> FunctionTool:
+    """A client's `tool_search` as the function the model sees (`functions.tool_search`): its
+    calls come back as `tool_search_call` items (the reducer routes them by the echoed tool)."""
+    return FunctionTool(
+        name="tool_search",
+        description=tool.description or SEARCH_DESCRIPTION,
+        parameters=tool.parameters or SEARCH_PARAMETERS,
+    )
 
 
 def _turns(request: CreateRequest) -> list[Any]:
@@ -178,9 +207,30 @@ def _turns(request: CreateRequest) -> list[Any]:
             )
         elif isinstance(item, AdditionalToolsInput):
             continue  # its tools are listed with the request's (`_developer_parts`)
+        elif isinstance(item, ToolSearchCallInput):
+            messages.append(
+                h.Message.from_role_and_content(h.Role.ASSISTANT, _compact(item.arguments))
+                .with_channel("commentary")
+                .with_recipient("functions.tool_search")
+                .with_content_type("json")
+            )
+        elif isinstance(item, ToolSearchOutputInput):
+            # The tools themselves are listed with the request's (`_developer_parts`).
+            loaded = _compact({"loaded": [tool.name for tool in item.tools]})
+            author = h.Author.new(h.Role.TOOL, "functions.tool_search")
+            messages.append(
+                h.Message.from_author_and_content(author, loaded)
+                .with_channel("commentary")
+                .with_recipient("assistant")
+            )
         else:  # the agent loop's items (MCP and code interpreter calls, approvals, ...)
             messages += history_messages(item)
     return messages
+
+
+def _compact(value: Any) -> str:
+    """JSON as gpt-oss writes it: no spaces, text as it is."""
+    return json.dumps(value, separators=(",", ":"), ensure_ascii=False)
 
 
 def render_prompt(

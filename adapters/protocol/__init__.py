@@ -31,6 +31,8 @@ from ._input import (
     ReasoningInput,
     ReasoningPart,
     TextPart,
+    ToolSearchCallInput,
+    ToolSearchOutputInput,
     input_items,
 )
 from ._kinds import CARRIED_ITEM_TYPES, INPUT_ITEM_PREFIX
@@ -104,6 +106,8 @@ __all__ = [
     "ServerToolParam",
     "TextPart",
     "ToolChoice",
+    "ToolSearchCallInput",
+    "ToolSearchOutputInput",
     "ToolSearchParam",
     "WebSearchCallInput",
     "WebSearchParam",

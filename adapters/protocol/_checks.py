@@ -17,6 +17,7 @@ from ._input import (
     FunctionCallInput,
     FunctionCallOutputInput,
     InputItem,
+    ToolSearchOutputInput,
 )
 from ._request import INCLUDABLE, MAX_TOP_LOGPROBS, CreateRequest
 from ._tools import LABEL, RESERVED_LABELS, McpParam, check_server_tools
@@ -150,6 +151,6 @@ def client_tool_problems(request: CreateRequest) -> Iterator[tuple[str, str]]:
     labels = {tool.server_label for tool in request.tools if isinstance(tool, McpParam)}
     tools: list[tuple[str, object]] = [(f"tools[{i}]", t) for i, t in enumerate(request.tools)]
     for i, item in enumerate(request.input if isinstance(request.input, tuple) else ()):
-        if isinstance(item, AdditionalToolsInput):
+        if isinstance(item, AdditionalToolsInput | ToolSearchOutputInput):
             tools += [(f"input[{i}].tools[{j}]", t) for j, t in enumerate(item.tools)]
     yield from _tool_problems(iter(tools), labels)

@@ -27,6 +27,8 @@ __all__ = [
     "ReasoningInput",
     "ReasoningPart",
     "TextPart",
+    "ToolSearchCallInput",
+    "ToolSearchOutputInput",
     "input_items",
 ]
 
@@ -125,6 +127,28 @@ class AdditionalToolsInput:
 
 
 @attrs.frozen(kw_only=True)
+class ToolSearchCallInput:
+    """An earlier `tool_search_call`: the model's call of the client's `tool_search`, its
+    `arguments` the JSON value it wrote."""
+
+    type: Literal["tool_search_call"]
+    arguments: Any = None
+    call_id: str | None = None
+    execution: Literal["server", "client"] | None = None
+
+
+@attrs.frozen(kw_only=True)
+class ToolSearchOutputInput:
+    """The client's `tool_search_output`: the tools its search loaded. They join the
+    conversation's tool list (harmony has one, as for `additional_tools`)."""
+
+    type: Literal["tool_search_output"]
+    tools: tuple[FunctionTool | CustomTool | NamespaceTool, ...] = ()
+    call_id: str | None = None
+    execution: Literal["server", "client"] | None = None
+
+
+@attrs.frozen(kw_only=True)
 class ReasoningPart:
     type: Literal["reasoning_text", "summary_text"]
     text: str
@@ -151,6 +175,8 @@ InputItem: TypeAlias = (
     | CustomToolCallInput
     | CustomToolCallOutputInput
     | AdditionalToolsInput
+    | ToolSearchCallInput
+    | ToolSearchOutputInput
     | ReasoningInput
     | AgentInputItem
 )
@@ -162,6 +188,8 @@ INPUT_ITEM_TYPES: dict[str, type] = {
     "custom_tool_call": CustomToolCallInput,
     "custom_tool_call_output": CustomToolCallOutputInput,
     "additional_tools": AdditionalToolsInput,
+    "tool_search_call": ToolSearchCallInput,
+    "tool_search_output": ToolSearchOutputInput,
     "reasoning": ReasoningInput,
     **AGENT_INPUT_TYPES,
 }

@@ -19,6 +19,7 @@ INPUT_ITEM_PREFIX: dict[str, str] = {
     "function_call_output": "fco",
     "custom_tool_call_output": "ctco",
     "additional_tools": "at",
+    "tool_search_output": "tso",
     "mcp_approval_response": "mcpar",
 }
 

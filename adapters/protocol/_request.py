@@ -29,7 +29,7 @@ from streamfold.statemachine import (
     ToolChoice,
 )
 
-from ._input import AdditionalToolsInput, InputItem
+from ._input import AdditionalToolsInput, InputItem, ToolSearchOutputInput
 from ._tools import HostedToolParam, ServerToolParam, ToolSearchParam
 
 __all__ = [
@@ -109,12 +109,13 @@ class CreateRequest:
 
     @property
     def client_tools(self) -> tuple[ClientTool, ...]:
-        """The tools the client runs, the request's own and those `additional_tools` input
-        items add (harmony lists every tool once, at the start of the conversation)."""
+        """The tools the client runs, the request's own and those `additional_tools` and
+        `tool_search_output` input items add (harmony lists every tool once, at the start of
+        the conversation)."""
         added = (
             tool
             for item in (self.input if isinstance(self.input, tuple) else ())
-            if isinstance(item, AdditionalToolsInput)
+            if isinstance(item, AdditionalToolsInput | ToolSearchOutputInput)
             for tool in item.tools
         )
         own = (t for t in self.tools if isinstance(t, FunctionTool | CustomTool | NamespaceTool))

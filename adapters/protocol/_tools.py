@@ -16,6 +16,8 @@ from urllib.parse import urlparse
 
 import attrs
 
+from streamfold.statemachine import ToolSearchTool
+
 __all__ = [
     "HOSTED_TOOL_TYPES",
     "LABEL",
@@ -111,16 +113,11 @@ SERVER_TOOL_TYPES: dict[str, type] = {
 }
 
 
-@attrs.frozen(kw_only=True)
-class ToolSearchParam:
-    """`{"type": "tool_search"}`: the model searches deferred tools. With `execution: "client"`
-    the client runs the search; gpt-oss was not trained on it, so it is accepted and left out
-    of the prompt (the client's own tools still work)."""
-
-    type: Literal["tool_search"]
-    execution: Literal["server", "client"] | None = None
-    description: str | None = None
-    parameters: dict[str, object] | None = None
+#: `{"type": "tool_search"}`: the model searches deferred tools. With `execution: "client"`
+#: the model may call it (offered as the function `tool_search`; its call is a
+#: `tool_search_call` item the client answers with a `tool_search_output`); a hosted search
+#: (`execution: "server"` or none) this server does not run, and leaves out of the prompt.
+ToolSearchParam = ToolSearchTool
 
 
 #: The API's hosted tools that this server never runs: a request may name them (Codex's

@@ -14,7 +14,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from streamfold.statemachine import TextConfig
+from streamfold.statemachine import TextConfig, ToolSearchTool
 
 from ..protocol import CreateRequest
 
@@ -34,9 +34,17 @@ def _tools(request: CreateRequest, body: Any) -> tuple[Any, ...]:
             continue
         if tool.get("type") in _CLIENT:
             echoed.append(next(own))
+        elif tool.get("type") == "tool_search":  # a value: the grammar routes calls by it
+            echoed.append(
+                ToolSearchTool(
+                    execution=tool.get("execution"),
+                    description=tool.get("description"),
+                    parameters=tool.get("parameters"),
+                )
+            )
         else:
             echoed.append({k: v for k, v in tool.items() if k not in _SECRET_KEYS})
-    echoed += own  # the tools of `additional_tools` input items
+    echoed += own  # the tools of `additional_tools` and `tool_search_output` input items
     return tuple(echoed)
 
 

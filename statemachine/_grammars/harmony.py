@@ -53,11 +53,22 @@ class HarmonyParse:
 Route = tuple[ItemKind, str | None, str | None, Literal["commentary", "final_answer"] | None]
 
 
+#: The function name a client-executed `tool_search` tool is offered to the model as.
+TOOL_SEARCH = "tool_search"
+
+
+def client_search(tool: object) -> bool:
+    """Whether `tool` is a `tool_search` the client runs (the model may call it)."""
+    return isinstance(tool, m.ToolSearchTool) and tool.execution == "client"
+
+
 def client_call(tools: tuple[Any, ...], recipient: str) -> Route | None:
     """The route of a call to one of the response's client-side tools, or None.
 
     `functions.NAME` (or a bare declared name) is a function call, or a custom tool call when
-    NAME is a `custom` tool, whose input is the raw text the model writes; `NS.NAME`, where NS
+    NAME is a `custom` tool, whose input is the raw text the model writes, or a
+    `tool_search_call` when NAME is `tool_search` and no declared tool has that name but the
+    client offers a `tool_search` it runs itself; `NS.NAME`, where NS
     is a `namespace` tool, is a call of NAME in NS. An undeclared `functions.NAME` is still
     a function call (bug 52): only `functions` is the client's namespace by definition.
     """
@@ -82,9 +93,17 @@ def client_call(tools: tuple[Any, ...], recipient: str) -> Route | None:
             return "custom_tool_call", name, None, None
         if isinstance(tool, m.FunctionTool) and tool.name == name:
             return "function_call", name, None, None
+    if name == TOOL_SEARCH and any(client_search(tool) for tool in tools):
+        return "tool_search_call", None, None, None
     if dot:
         return "function_call", name, None, None
     return None
+
+
+def _callable(tool: object) -> bool:
+    return type(tool) is not dict and (
+        not isinstance(tool, m.ToolSearchTool) or client_search(tool)
+    )
 
 
 _EXPECT_START = HarmonyParse(phase="expect_start")
@@ -245,8 +264,9 @@ class HarmonyGrammar:
 
     def _route(self, state: ResponseState, header: Header) -> Route:
         recipient = header.recipient
-        # Echoed tools the server does not run (dicts) offer the model nothing to call.
-        offered = state.server_tools or any(type(t) is not dict for t in state.response.tools)
+        # Echoed tools the server does not run (dicts, a hosted tool search) offer the model
+        # nothing to call.
+        offered = state.server_tools or any(_callable(t) for t in state.response.tools)
         if self.ignore_recipients_without_tools and not offered:
             recipient = None
         if recipient is not None:

@@ -19,6 +19,7 @@ from streamfold.adapters.server import MemoryEventStore, create_app
 from streamfold.adapters.structured import LarkBody, harmony_grammar
 from streamfold.adapters.structured._request import shape_for
 from streamfold.engines.guidance import validate_grammar
+from tests.server.helpers import assert_conformant
 from tests.server.serving import serve
 
 from .scripted import ScriptedAgentSource
@@ -60,6 +61,14 @@ SCRIPTS = {
     ],
     "patch": [f"<|channel|>commentary to=functions.apply_patch<|message|>{PATCH}<|call|>"],
     "spawned": ["<|channel|>final<|message|>spawned<|return|>"],
+    "search": [
+        "<|channel|>commentary to=functions.tool_search <|constrain|>json"
+        '<|message|>{"query":"weather"}<|call|>'
+    ],
+    "searched": [
+        "<|channel|>commentary to=functions.get_weather <|constrain|>json"
+        '<|message|>{"city":"Paris"}<|call|>'
+    ],
     "patched": ["<|channel|>final<|message|>patched<|return|>"],
 }
 
@@ -222,3 +231,77 @@ def test_a_custom_tool_named_by_tool_choice_is_held_to_its_grammar() -> None:
 
 def request_body() -> dict[str, Any]:
     return {"model": "m", "input": "hi", "tools": [APPLY_PATCH, SPAWN]}
+
+
+SEARCH = {
+    "type": "tool_search",
+    "execution": "client",
+    "description": "Find tools by what they do.",
+    "parameters": {"type": "object", "properties": {"query": {"type": "string"}}},
+}
+WEATHER = {
+    "type": "function",
+    "name": "get_weather",
+    "description": "The weather in a city.",
+    "parameters": {"type": "object", "properties": {"city": {"type": "string"}}},
+    "defer_loading": True,
+}
+
+
+def test_a_client_tool_search_call_is_a_tool_search_call_item(
+    served: tuple[OpenAI, ScriptedAgentSource],
+) -> None:
+    """Issue 31: a client-executed `tool_search` was left out of the prompt, so the model
+    could never call it. It is offered as the function `tool_search`, and the model's call
+    comes back as the item the API defines (`ResponseToolSearchCall`: `arguments` a JSON
+    value, `execution: "client"`, a `call_id`), streamed with the SDK's accumulator; the
+    client's `tool_search_output` (loaded tools) is read back, its tools join the tool list
+    and the model calls one of them."""
+    client, source = served
+    with client.responses.stream(model="search", input="weather?", tools=[SEARCH]) as stream:  # type: ignore[list-item]
+        events = list(stream)
+        first = stream.get_final_response()
+    assert_conformant(events)
+    (call,) = first.output
+    assert call.type == "tool_search_call"
+    assert (call.arguments, call.execution, call.status) == (
+        {"query": "weather"},
+        "client",
+        "completed",
+    )
+    assert call.call_id and first.tools[0].type == "tool_search"
+    (prompt,) = source.prompts("search")
+    assert "type tool_search = " in prompt and "Find tools by what they do." in prompt
+    output = {
+        "type": "tool_search_output",
+        "call_id": call.call_id,
+        "execution": "client",
+        "tools": [WEATHER],
+    }
+    stateless = [
+        {"role": "user", "content": "weather?"},
+        call.model_dump(exclude_none=True),
+        output,
+    ]
+    carried = [output]
+    for body in (
+        {"input": stateless},
+        {"input": carried, "previous_response_id": first.id},
+    ):
+        second = client.responses.create(model="searched", tools=[SEARCH], **body)  # type: ignore[arg-type]
+        (weather,) = second.output
+        assert (weather.type, weather.name, weather.arguments) == (
+            "function_call",
+            "get_weather",
+            '{"city":"Paris"}',
+        )
+        again = source.prompts("searched")[-1]
+        assert "type get_weather = " in again
+        assert (
+            "<|start|>assistant to=functions.tool_search<|channel|>commentary json"
+            '<|message|>{"query":"weather"}<|call|>'
+        ) in again
+        assert (
+            "<|start|>functions.tool_search to=assistant<|channel|>commentary"
+            '<|message|>{"loaded":["get_weather"]}<|end|>'
+        ) in again

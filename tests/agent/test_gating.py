@@ -82,7 +82,7 @@ def test_plain_responses_are_unchanged(client: OpenAI) -> None:
         {"type": "web_search_preview"},
         {"type": "code_interpreter", "container": {"type": "auto"}},
         {"type": "image_generation"},
-        {"type": "tool_search", "execution": "client"},
+        {"type": "tool_search", "execution": "server"},
         {"type": "file_search", "vector_store_ids": ["vs_1"]},
     ],
 )

@@ -114,6 +114,9 @@ EMPTIEST: dict[type, Any] = {
     m.McpApprovalRequest: m.McpApprovalRequest(
         id="mcpr_1", arguments="{}", name="f", server_label="s"
     ),
+    m.ResponseToolSearchCall: m.ResponseToolSearchCall(
+        id="tsc_1", call_id="call_1", arguments={}, status="completed"
+    ),
 }
 
 

@@ -17,6 +17,7 @@ from streamfold.statemachine import (
     McpListToolsTool,
     OutputItem,
     Response,
+    ResponseToolSearchCall,
     ResponseUsage,
     WireFormatError,
     dumps,
@@ -40,6 +41,17 @@ st.register_type_strategy(
         name=_text,
         input_schema=st.just({"type": "object", "properties": {"q": {"type": "string"}}}),
         annotations=st.none() | st.just({"readOnlyHint": True}),
+    ),
+)
+# A tool search call's `arguments` is the JSON value the model wrote (its text if not JSON).
+st.register_type_strategy(
+    ResponseToolSearchCall,
+    st.builds(
+        ResponseToolSearchCall,
+        id=_text,
+        call_id=_text,
+        arguments=st.dictionaries(_text, _text, max_size=2) | _text,
+        status=st.sampled_from(["in_progress", "completed", "incomplete"]),
     ),
 )
 st.register_type_strategy(

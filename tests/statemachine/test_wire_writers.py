@@ -135,6 +135,8 @@ def _good(tp: Any, wrong: bool) -> st.SearchStrategy[Any]:
         return st.one_of([_good(a, wrong) for a in typing.get_args(tp)])
     if tp is type(None):
         return st.none()
+    if tp is typing.Any:  # a JSON value (a tool search call's `arguments`)
+        return JSON_VALUES
     if origin is tuple:
         args = typing.get_args(tp)
         if args == ():
