@@ -62,19 +62,25 @@ CODEX_CALL = (
 CODEX_ANSWER = "<|channel|>final<|message|>The command printed streamfold-42.<|return|>"
 CODEX_FINAL = "The command printed streamfold-42."
 
-#: Codex's `apply_patch` (a `custom` tool with a Lark grammar, which Codex sends for the models
-#: of its own catalog: the conversation is named `gpt-5.5`): turn 0 writes a patch as the
-#: tool's raw input, turn 1 answers once Codex has applied it and sent its output back.
+#: Codex's `tool_search` and `apply_patch` (a client-run search and a `custom` tool with a Lark
+#: grammar, which Codex sends for the models of its own catalog: the conversation is named
+#: `gpt-5.5`): turn 0 searches, turn 1 writes a patch as the tool's raw input, turn 2 answers
+#: once Codex has applied it and sent its output back.
 CODEX_PATCH_MODEL = "gpt-5.5"
 CODEX_PATCH = (
     "*** Begin Patch\n*** Update File: notes.txt\n@@\n-status: draft\n+status: final\n"
     "*** End Patch\n"
 )
-CODEX_PATCH_CALL = (
-    "<|channel|>analysis<|message|>Edit notes.txt with apply_patch.<|end|>"
-    "<|start|>assistant<|channel|>commentary to=functions.apply_patch"
-    f"<|message|>{CODEX_PATCH}<|call|>"
+CODEX_SEARCH_CALL = (
+    "<|channel|>analysis<|message|>Look for a tool that edits files first.<|end|>"
+    "<|start|>assistant<|channel|>commentary to=functions.tool_search <|constrain|>json"
+    '<|message|>{"query":"edit files","limit":3}<|call|>'
 )
+#: Codex has no deferred tools in this configuration: its search loads none.
+CODEX_SEARCHED = (
+    '<|start|>functions.tool_search to=assistant<|channel|>commentary<|message|>{"loaded":[]}'
+)
+CODEX_PATCH_CALL = f"<|channel|>commentary to=functions.apply_patch<|message|>{CODEX_PATCH}<|call|>"
 CODEX_PATCH_ANSWER = "<|channel|>final<|message|>notes.txt now says final.<|return|>"
 CODEX_PATCH_FINAL = "notes.txt now says final."
 
@@ -132,9 +138,14 @@ def write_client_traces(root: Path) -> Path:
         CODEX_ANSWER,
         prompt_contains=(f"<|channel|>analysis<|message|>{CODEX_THOUGHT}<|end|>", "streamfold-42"),
     )
-    _write(root / CODEX_PATCH_MODEL / "0.jsonl", CODEX_PATCH_CALL)
+    _write(root / CODEX_PATCH_MODEL / "0.jsonl", CODEX_SEARCH_CALL)
     _write(
         root / CODEX_PATCH_MODEL / "1.jsonl",
+        CODEX_PATCH_CALL,
+        prompt_contains=(CODEX_SEARCHED,),
+    )
+    _write(
+        root / CODEX_PATCH_MODEL / "2.jsonl",
         CODEX_PATCH_ANSWER,
         prompt_contains=(
             f"to=functions.apply_patch<|channel|>commentary<|message|>{CODEX_PATCH}<|call|>",

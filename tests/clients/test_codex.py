@@ -100,12 +100,14 @@ def test_codex_shell_loop_carries_its_sealed_reasoning(streamfold_url: str, tmp_
 
 
 @pytest.mark.slow
-def test_codex_applies_a_patch_through_its_custom_tool(streamfold_url: str, tmp_path: Path) -> None:
+def test_codex_searches_its_tools_then_applies_a_patch(streamfold_url: str, tmp_path: Path) -> None:
     """With a model of Codex's own catalog (`gpt-5.5`) Codex offers `apply_patch` as a
-    `custom` tool with a Lark grammar (and `tool_search`, `web_search`). The model's call comes
-    back as a `custom_tool_call` whose `input` is the raw patch; Codex applies it to the file
-    in its working directory (`--sandbox workspace-write`: its default sandbox is read-only)
-    and the second turn answers."""
+    `custom` tool with a Lark grammar, and a client-run `tool_search` (and `web_search`).
+    Turn 0 searches: the call comes back as a `tool_search_call` item, Codex runs its search
+    and sends a `tool_search_output` (it loads no tool here), which turn 1's prompt must show.
+    Turn 1 patches: the call is a `custom_tool_call` whose `input` is the raw patch; Codex
+    applies it to the file in its working directory (`--sandbox workspace-write`: its default
+    sandbox is read-only) and turn 2, whose prompt must hold the patch's real output, answers."""
     notes = tmp_path / "notes.txt"
     notes.write_text("title: streamfold\nstatus: draft\n", encoding="utf-8")
     events = run_codex(
