@@ -14,6 +14,12 @@ logs, frames and writes them once. Nothing waits to fill a batch (a batch is wha
 now), nothing is read ahead of the source, and the cap keeps one stream from holding the
 event loop (or memory) for long. A source without the hint gives one chunk per batch.
 
+Held chunks: a source that already holds several chunks when the opening events have gone out
+(replay without a delay, or an engine that got ahead of a busy server) would have them stepped
+at once. A caller that schedules many responses on one event loop can have that first batch
+wait (`before_held`, awaited once, before the chunks are stepped): a server lets the requests
+that arrived meanwhile open first (`adapters/server/_turns.py`).
+
 Cancellation: when the consumer goes away (it closes the iterator, its task is cancelled, a
 timeout fires), the source's async generator is closed (`aclose()`), which runs its `finally`
 block, where an engine aborts the request. The close is shielded from the cancellation that
@@ -42,7 +48,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
-from collections.abc import AsyncGenerator, AsyncIterator, Callable, Iterable, Iterator
+from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Iterable, Iterator
 from typing import Any
 
 import anyio
@@ -240,11 +246,15 @@ class Generation:
         clock: Callable[[], float] | None = None,
         max_batch_chunks: int = MAX_BATCH_CHUNKS,
         restore_stop: frozenset[int] = frozenset(),
+        before_held: Callable[[], Awaitable[object]] | None = None,
     ) -> None:
         if max_batch_chunks < 1:
             raise ValueError(f"max_batch_chunks must be at least 1, got {max_batch_chunks}")
         self.source = source
         self.max_batch_chunks = max_batch_chunks
+        # Awaited once, after the opening events, when the source already holds several chunks
+        # (see "Held chunks" in the module docstring); a server passes its scheduling here.
+        self.before_held = before_held
         # Stamps `completed_at` on a completed response (the reducer reads no clock).
         self.clock = clock
         self.request = request
@@ -343,10 +353,15 @@ class Generation:
                     batch, pending = pending, []
                     yield batch
                 more = self.max_batch_chunks - 1
+                held = self.before_held if whole else None
                 async for first in chunks:
                     ready = [first]
                     if take is not None and more and first.finish_reason is None:
                         ready += take(more)
+                    if held is not None:  # the first batch after the opening events
+                        if len(ready) > 1:
+                            await held()
+                        held = None
                     end = self._step_all(ready, pending)
                     if end is not None:
                         break

@@ -39,7 +39,7 @@ server then closes the response with `close("abort", ...)`.
 from __future__ import annotations
 
 import contextlib
-from collections.abc import AsyncGenerator, AsyncIterator, Callable, Sequence
+from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Sequence
 from typing import Any, Protocol
 
 import anyio
@@ -434,13 +434,16 @@ def generation_for(
     clock: Callable[[], float] | None = None,
     prompts: Prompts | None = None,
     after_call: DecodingConstraint | None = None,
+    before_held: Callable[[], Awaitable[object]] | None = None,
 ) -> Generation | AgentGeneration:
     """The driver's plain `Generation`, or the agent loop when the request has server tools.
 
     `clock` stamps `completed_at` on a completed response; `prompts` renders the agent
-    loop's prompts (the server's renderer)."""
+    loop's prompts (the server's renderer); `before_held`: see `Generation`."""
     if agent is None:
-        return Generation(source, generation, grammar, response, clock=clock)
+        return Generation(
+            source, generation, grammar, response, clock=clock, before_held=before_held
+        )
     return AgentGeneration(
         source,
         request,

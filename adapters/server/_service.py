@@ -59,6 +59,7 @@ from ._recovery import damaged_responses, end_interrupted
 from ._render import Renderer
 from ._run import CLIENT_LEFT, Run
 from ._store import EventRecord, EventStore, InputStore, Records, StoreError, records_of
+from ._turns import OPENING_TURNS, LoopTurns
 
 __all__ = ["CLIENT_LEFT", "ResponseService", "Run", "ServiceNotRunningError"]
 
@@ -116,6 +117,7 @@ class ResponseService:
         self.clock = clock
         self.live: dict[str, Run] = {}
         self.log = LogWriter(store)
+        self.turns = LoopTurns()  # new requests open before held chunks are stepped (`_turns`)
         # Checked once: isinstance against a runtime-checkable Protocol costs 10-25 us a call.
         self._input_store = store if isinstance(store, InputStore) else None
         self._conversation_store = store if isinstance(store, ConversationStore) else None
@@ -269,6 +271,10 @@ class ResponseService:
         except Exception as exc:
             raise _StoreFailed([], exc) from exc
 
+    async def _openings_first(self) -> None:
+        """Before a new stream steps the chunks its source already holds (see `_turns.py`)."""
+        await self.turns.after(OPENING_TURNS)
+
     async def _drive(self, prepared: Prepared, run: Run) -> AsyncGenerator[list[EventRecord], None]:
         generation = generation_for(
             self.engine.source,
@@ -280,6 +286,7 @@ class ResponseService:
             clock=self.clock,
             prompts=prepared.prompts,
             after_call=prepared.after_call,
+            before_held=self._openings_first,
         )
         try:
             if run.logged:

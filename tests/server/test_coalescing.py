@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import anyio
+import anyio.lowlevel
 import pytest
 
 from streamfold.adapters.driver import MAX_BATCH_CHUNKS, Generation, fold
@@ -23,6 +24,7 @@ from streamfold.adapters.server import MemoryEventStore
 from streamfold.adapters.server._service import ResponseService
 from streamfold.adapters.server._sse import EventStreamResponse, frames
 from streamfold.adapters.server._store import EventRecord, Records
+from streamfold.adapters.server._turns import LoopTurns
 from streamfold.engines import (
     GenerationRequest,
     ReadyChunks,
@@ -480,3 +482,95 @@ async def test_a_blocked_socket_stops_the_source_with_every_chunk_ready(tmp_path
     assert engine.closed == 1
     stored = await service.store.read(prepared.response.id, -1)
     assert stored[-1].type == "response.failed"  # ended cancelled, after what was sent
+
+
+async def test_held_chunks_wait_for_before_held_once_after_the_opening() -> None:
+    """Issue 28 (time to first event at 10 streams): a new stream whose source already held
+    its answer stepped all of it in the turn after its opening, so the requests that arrived
+    meanwhile waited behind it to be accepted. The driver awaits `before_held` once, after the
+    opening events went out and before any held chunk is stepped."""
+    source = CountedSource(ReplaySource(make_trace(LONG_ANSWER)))
+    seen: list[tuple[int, int]] = []
+    generation: Generation | None = None
+
+    async def before_held() -> None:
+        assert generation is not None and generation.state is not None
+        # The opening is out, the held chunks are taken but none is stepped yet.
+        seen.append((len(consumed), generation.state.output_tokens))
+
+    consumed: list[list[Event]] = []
+    generation = Generation(source, request(), grammar(), RESPONSE, before_held=before_held)
+    async with contextlib.aclosing(generation.batches()) as batches:
+        async for batch in batches:
+            consumed.append(batch)
+    assert seen == [(1, 0)]
+    assert [e.type for e in consumed[0]] == ["response.created", "response.in_progress"]
+    assert_conformant([e for b in consumed for e in b])
+
+
+async def test_before_held_is_not_awaited_when_nothing_is_held() -> None:
+    """A source without the hint (or with one chunk at a time) has nothing held: no wait."""
+    calls: list[None] = []
+
+    async def before_held() -> None:
+        calls.append(None)
+
+    plain = CountedSource(ReplaySource(make_trace(LONG_ANSWER)), hint=False)
+    paced = ReplaySource(make_trace(GREETING), delay=0.0001)
+    for source in (plain, paced):
+        whole = await batches_of(source, before_held=before_held)
+        assert_conformant([e for b in whole for e in b])
+    assert calls == []
+
+
+async def test_loop_turns_wait_that_many_turns_of_a_busy_loop() -> None:
+    """`LoopTurns.after(n)` returns after n turns of the loop (each turn every ready task
+    steps once), however many tasks wait at once."""
+    turns = LoopTurns(idle_turn_s=0.0)  # every turn counts as busy
+    counted = 0
+    stop = anyio.Event()
+
+    async def count() -> None:
+        nonlocal counted
+        while not stop.is_set():
+            counted += 1
+            await anyio.lowlevel.checkpoint()
+
+    async def wait(n: int, out: list[int]) -> None:
+        await turns.after(n)
+        out.append(counted)
+
+    ends: list[int] = []
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(count)
+        await anyio.lowlevel.checkpoint()
+        start = counted
+        for n in (3, 12, 12):
+            tg.start_soon(wait, n, ends)
+        with anyio.fail_after(5):
+            while len(ends) < 3:
+                await anyio.lowlevel.checkpoint()
+        stop.set()
+    assert sorted(ends) == ends  # each in its turn
+    assert 3 <= ends[0] - start <= 5 and all(11 <= e - start <= 14 for e in ends[1:]), (start, ends)
+
+
+@pytest.mark.parametrize("anyio_backend", ["asyncio"])  # trio's fallback: plain checkpoints
+async def test_loop_turns_on_an_idle_loop_end_at_once() -> None:
+    """With nothing else to run, a turn is a few microseconds and the wait ends (no spinning
+    through the count): an idle server loses nothing."""
+    turns = LoopTurns()
+    counted = 0
+
+    async def count() -> None:
+        nonlocal counted
+        while True:
+            counted += 1
+            await anyio.lowlevel.checkpoint()
+
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(count)
+        with anyio.fail_after(5):
+            await turns.after(100_000)
+        tg.cancel_scope.cancel()
+    assert counted < 1_000
