@@ -39,6 +39,7 @@ from streamfold.statemachine import (
     ToolChoiceFunction,
     ToolChoiceHosted,
     ToolChoiceMcp,
+    ToolSearchTool,
 )
 
 from ..protocol import CreateRequest, RequestError
@@ -98,6 +99,9 @@ def _tool_calls(tool: Any, space: str = "functions") -> Iterator[tuple[Call, dic
             Call(recipient="python", channel="analysis", body=TextBody()),
             {"type": "code_interpreter"},
         )
+    elif isinstance(tool, ToolSearchTool) and tool.execution == "client":
+        # Offered as the function `tool_search` (formats/_harmony_prompt.py).
+        yield Call(recipient="functions.tool_search", body=TextBody()), {"type": "tool_search"}
 
 
 def _named(choice: Any, entry: dict[str, Any]) -> bool:
@@ -122,12 +126,16 @@ def _mcp_named(call: Call, choice: Any) -> Call:
     return call
 
 
+def _searches(request: CreateRequest) -> list[ToolSearchTool]:
+    return [tool for tool in request.tools if isinstance(tool, ToolSearchTool)]
+
+
 def shape_for(request: CreateRequest, *, after_call: bool = False) -> Shape:
     """The shape `request` asks for (see the module docstring); not yet budgeted."""
     answer = _answer(request)
     offered = [
         pair
-        for tool in (*request.client_tools, *request.server_tools)
+        for tool in (*request.client_tools, *request.server_tools, *_searches(request))
         for pair in _tool_calls(tool)
     ]
     calls = tuple(call for call, _ in offered)

@@ -305,3 +305,20 @@ def test_a_client_tool_search_call_is_a_tool_search_call_item(
             "<|start|>functions.tool_search to=assistant<|channel|>commentary"
             '<|message|>{"loaded":["get_weather"]}<|end|>'
         ) in again
+
+
+def test_a_constrained_engine_lets_the_model_call_the_client_tool_search() -> None:
+    """Where calls are held to the declared tools (a custom tool's grammar, a strict function,
+    `required`), `functions.tool_search` was not among them: an engine that enforces the
+    grammar (native, vLLM, SGLang) could never let the model call the search it is offered."""
+    body = {"model": "m", "input": "hi", "tools": [APPLY_PATCH, SEARCH]}
+    for choice in ("auto", "required"):
+        shape = shape_for(parse_create_request({**body, "tool_choice": choice}))
+        assert {c.recipient for c in shape.calls or ()} == {
+            "functions.apply_patch",
+            "functions.tool_search",
+        }, choice
+        assert validate_grammar(harmony_grammar(shape)) is None
+    hosted = {**SEARCH, "execution": "server"}
+    shape = shape_for(parse_create_request({**body, "tools": [APPLY_PATCH, hosted]}))
+    assert {c.recipient for c in shape.calls or ()} == {"functions.apply_patch"}
