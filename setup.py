@@ -17,6 +17,13 @@ setup(
             ],
             depends=["statemachine/_speedups.h"],
             optional=True,
-        )
+        ),
+        # The token bitmask on float32 logits (engines/native/bitmask.py has the same in numpy
+        # and torch, used where this is not built).
+        Extension(
+            "streamfold.engines.native._bitmask",
+            sources=["engines/native/_bitmask.c"],
+            optional=True,
+        ),
     ]
 )

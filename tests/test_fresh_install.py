@@ -112,8 +112,8 @@ def _run(fresh: Path, tmp_path: Path, *command: str) -> subprocess.CompletedProc
 
 def test_the_wheel_ships_what_runs_and_nothing_else(wheel: Path) -> None:
     names = zipfile.ZipFile(wheel).namelist()
-    compiled = "streamfold/statemachine/_speedups"
-    assert any(n.startswith(compiled) and n.endswith(".so") for n in names)
+    for compiled in ("streamfold/statemachine/_speedups", "streamfold/engines/native/_bitmask"):
+        assert any(n.startswith(compiled) and n.endswith(".so") for n in names), compiled
     assert "streamfold/specs/traces/weather_call.jsonl" in names
     assert any(n.endswith("licenses/LICENSE") for n in names)
     assert not [n for n in names if n.endswith((".c", ".h"))]

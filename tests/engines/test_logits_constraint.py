@@ -17,6 +17,7 @@ from hypothesis import strategies as st
 from streamfold.engines import GenerationRequest, LogitsConstraint, SamplingParams, TokenChunk
 from streamfold.engines.native.bitmask import (
     _allowed_shifts,
+    _mask_cpu,
     apply_token_bitmask,
     apply_token_bitmask_,
 )
@@ -189,10 +190,10 @@ def _row(kind: str, words: int, rng: np.random.Generator) -> np.ndarray:
 def test_the_bitmask_masks_exactly_its_disallowed_tokens(
     kinds: list[str], words: int, tail: int, seed: int
 ) -> None:
-    """Every path of `apply_token_bitmask_` (the CPU's sparse blocks for free-text rows and
-    for JSON rows, its whole-row unpack, and the tensor-shift path of accelerators, which a
-    vocabulary that is not a multiple of 32 also takes on the CPU) against the bit-by-bit
-    reference, rows of different kinds in one batch."""
+    """Every path of `apply_token_bitmask_` (the C extension for float32 on the CPU; numpy's
+    sparse blocks for free-text rows and for JSON rows and its whole-row unpack; the tensor
+    shifts of accelerators, which bfloat16 with a vocabulary that is not a multiple of 32 also
+    takes on the CPU) against the bit-by-bit reference, rows of different kinds in a batch."""
     rng = np.random.default_rng(seed)
     vocab = words * 32 - tail
     bitmask = torch.from_numpy(np.stack([_row(k, words, rng) for k in kinds]))
@@ -204,6 +205,20 @@ def test_the_bitmask_masks_exactly_its_disallowed_tokens(
     in_place = logits.clone()
     assert apply_token_bitmask_(in_place, bitmask) is in_place
     assert torch.equal(in_place, expected)
+    if vocab % 32 == 0:  # the numpy path, where the C extension is not built
+        by_blocks = logits.clone()
+        _mask_cpu(by_blocks, bitmask.numpy())
+        assert torch.equal(by_blocks, expected)
+    half = logits.to(torch.bfloat16)  # not float32: numpy's blocks, or the shifts
+    assert torch.equal(apply_token_bitmask(half, bitmask), _reference(half, bitmask))
+
+
+def test_the_c_extension_is_built_and_used() -> None:
+    """setup.py builds engines/native/_bitmask.c in a checkout with a C compiler (as CI's);
+    without it the engine still masks, through numpy, about 4x slower."""
+    from streamfold.engines.native import bitmask
+
+    assert bitmask._apply_f32 is not None
 
 
 @pytest.mark.gpu

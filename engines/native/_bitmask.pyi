@@ -1,0 +1,3 @@
+def apply_f32(
+    logits_ptr: int, words_ptr: int, rows: int, width: int, vocab: int, row_stride: int, /
+) -> None: ...
