@@ -20,9 +20,14 @@ class City(BaseModel):
     temperature_c: int
 
 
-def _model(url: str, name: str) -> Any:
+@pytest.fixture(autouse=True)
+def _installed() -> None:
+    # Before any test imports it: without it each test would fail on its import, not skip.
     if importlib.util.find_spec("pydantic_ai") is None:
         missing("pydantic-ai", "pip install -e '.[dev]'")
+
+
+def _model(url: str, name: str) -> Any:
     from pydantic_ai.models.openai import OpenAIResponsesModel
     from pydantic_ai.providers.openai import OpenAIProvider
 
