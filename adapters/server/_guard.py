@@ -22,6 +22,7 @@ continue or delete that response. So `Guard`, an ASGI middleware around the app:
 from __future__ import annotations
 
 import contextvars
+import functools
 import hashlib
 import hmac
 import ipaddress
@@ -174,17 +175,16 @@ def _host_name(host: str) -> str:
     return host.rsplit(":", 1)[0] if host.count(":") == 1 else host
 
 
-def _server_names(server: tuple[str, int] | None) -> set[str]:
+@functools.lru_cache(maxsize=64)  # a server listens on a few addresses; parsed once each
+def _server_names(address: str) -> frozenset[str]:
     # The name, not the port: a rebinding page names its own host; the port it cannot change.
-    if not server:
-        return set()
-    names = {server[0].lower()}
+    names = {address.lower()}
     try:
-        if ipaddress.ip_address(server[0]).is_loopback:
+        if ipaddress.ip_address(address).is_loopback:
             names.add("localhost")
     except ValueError:
         pass
-    return names
+    return frozenset(names)
 
 
 class Guard:
@@ -214,8 +214,9 @@ class Guard:
 
     def _refusal(self, scope: Any, headers: dict[bytes, bytes]) -> RequestError | None:
         host = headers.get(b"host", b"").decode("latin-1").strip().lower()
-        allowed = _server_names(scope.get("server")) | self.allowed_hosts
-        if scope.get("server") and _host_name(host) not in allowed:
+        server = scope.get("server")
+        name = _host_name(host)
+        if server and name not in self.allowed_hosts and name not in _server_names(server[0]):
             return RequestError(
                 f"this server does not answer for host {host[:100]!r}; its operator lists the "
                 "names it answers for with `streamfold serve --allowed-host NAME`",
