@@ -16,6 +16,7 @@ from streamfold.statemachine import (
     CustomTool,
     FormatJsonSchema,
     FunctionTool,
+    NamespaceTool,
     ToolChoiceAllowed,
     ToolChoiceCustom,
     ToolChoiceFunction,
@@ -27,7 +28,7 @@ from ._request import CreateRequest
 from ._schema import strict_schema_problems
 from ._tools import McpParam
 
-__all__ = ["control_problems"]
+__all__ = ["choice_entry", "control_problems"]
 
 #: openai `ResponseFormatTextJSONSchemaConfig.name`: a-z, A-Z, 0-9, underscores and dashes,
 #: at most 64 characters.
@@ -59,18 +60,32 @@ def control_problems(request: CreateRequest) -> Iterator[tuple[str, str]]:
     yield from _choice_problems(request)
 
 
+def choice_entry(tool: object) -> dict[str, object]:
+    """The `tool_choice` entry (in `allowed_tools`' form) that names `tool`: a function or
+    custom tool by its name, an MCP server by its label, a hosted tool by its type.
+
+    The one table from tools to the entries that name them: the request's check reads it
+    (`_declares`: does the request declare what an entry names?) and so does the decoding shape
+    (`structured.shape_for`: which entry names each call the request offers)."""
+    if isinstance(tool, FunctionTool | CustomTool):
+        return {"type": tool.type, "name": tool.name}
+    if isinstance(tool, McpParam):
+        return {"type": "mcp", "server_label": tool.server_label}
+    return {"type": getattr(tool, "type", None)}
+
+
 def _declares(request: CreateRequest, entry: Mapping[str, object]) -> bool:
-    kind = entry.get("type")
-    if kind == "function":
-        return any(
-            isinstance(t, FunctionTool) and t.name == entry.get("name") for t in request.tools
-        )
-    if kind == "mcp":
-        return any(
-            isinstance(t, McpParam) and t.server_label == entry.get("server_label")
-            for t in request.tools
-        )
-    return any(getattr(t, "type", None) == kind for t in request.tools)
+    """Whether `entry` names one of the request's tools (one inside a namespace too): it has
+    every key of that tool's `choice_entry`, with the same values (an MCP entry may add the
+    `name` of one of the server's tools)."""
+    tools = (
+        inner
+        for tool in request.tools
+        for inner in (tool.tools if isinstance(tool, NamespaceTool) else (tool,))
+    )
+    return any(
+        all(entry.get(key) == value for key, value in choice_entry(tool).items()) for tool in tools
+    )
 
 
 def _choice_problems(request: CreateRequest) -> Iterator[tuple[str, str]]:
@@ -84,7 +99,7 @@ def _choice_problems(request: CreateRequest) -> Iterator[tuple[str, str]]:
                 f"tool_choice names MCP server {choice.server_label!r}, which is not in tools",
             )
     elif isinstance(choice, ToolChoiceCustom):
-        if not any(isinstance(t, CustomTool) and t.name == choice.name for t in request.tools):
+        if not _declares(request, {"type": "custom", "name": choice.name}):
             yield (
                 "tool_choice.name",
                 f"tool_choice names custom tool {choice.name!r}, not in tools",

@@ -43,6 +43,7 @@ from streamfold.statemachine import (
 )
 
 from ..protocol import CreateRequest, RequestError
+from ..protocol._controls import choice_entry
 from ..protocol._tools import CodeInterpreterParam, McpParam, WebSearchParam
 from ._shape import Body, Call, JsonBody, LarkBody, RegexBody, Shape, TextBody
 
@@ -72,36 +73,25 @@ def _custom_body(tool: CustomTool) -> Body:
 
 def _tool_calls(tool: Any, space: str = "functions") -> Iterator[tuple[Call, dict[str, Any]]]:
     """Each call a tool offers, with the `tool_choice` entries that name it."""
+    entry = choice_entry(tool)  # the one table of which entry names which tool
     if isinstance(tool, FunctionTool):
         body: Body = JsonBody(schema=tool.parameters or _OBJECT) if tool.strict else TextBody()
-        yield (
-            Call(recipient=f"{space}.{tool.name}", body=body),
-            {"type": "function", "name": tool.name},
-        )
+        yield Call(recipient=f"{space}.{tool.name}", body=body), entry
     elif isinstance(tool, CustomTool):
-        yield (
-            Call(recipient=f"{space}.{tool.name}", body=_custom_body(tool)),
-            {"type": "custom", "name": tool.name},
-        )
+        yield Call(recipient=f"{space}.{tool.name}", body=_custom_body(tool)), entry
     elif isinstance(tool, NamespaceTool):
         for inner in tool.tools:
             yield from _tool_calls(inner, tool.name)
     elif isinstance(tool, McpParam):
-        yield (
-            Call(recipient=f"{tool.server_label}.", any_name=True, body=TextBody()),
-            {"type": "mcp", "server_label": tool.server_label},
-        )
+        yield Call(recipient=f"{tool.server_label}.", any_name=True, body=TextBody()), entry
     elif isinstance(tool, WebSearchParam):
         for recipient in _BROWSER:
-            yield Call(recipient=recipient, channel="analysis"), {"type": tool.type}
+            yield Call(recipient=recipient, channel="analysis"), entry
     elif isinstance(tool, CodeInterpreterParam):
-        yield (
-            Call(recipient="python", channel="analysis", body=TextBody()),
-            {"type": "code_interpreter"},
-        )
+        yield Call(recipient="python", channel="analysis", body=TextBody()), entry
     elif isinstance(tool, ToolSearchTool) and tool.execution == "client":
         # Offered as the function `tool_search` (formats/_harmony_prompt.py).
-        yield Call(recipient="functions.tool_search", body=TextBody()), {"type": "tool_search"}
+        yield Call(recipient="functions.tool_search", body=TextBody()), entry
 
 
 def _named(choice: Any, entry: dict[str, Any]) -> bool:

@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 
 from streamfold.adapters.formats import HARMONY
-from streamfold.adapters.protocol import parse_create_request
+from streamfold.adapters.protocol import RequestError, parse_create_request
 from streamfold.adapters.structured import JsonBody, Shape, TextBody, budget_shape, shape_for
 
 F = {"type": "function", "name": "f", "parameters": {"type": "object"}}
@@ -84,3 +84,30 @@ def test_the_budget_keeps_half_for_the_answer() -> None:
     shape = budget_shape(_shape(text={"format": SCHEMA}), 300)
     assert shape.reasoning_tokens == (300 - 150) // 3 - 6
     assert budget_shape(_shape(tools=[F]), 300).reasoning_tokens is None  # free: untouched
+
+
+NAMESPACED = {"type": "namespace", "name": "ns", "description": "d", "tools": [F]}
+
+
+def test_allowed_tools_may_name_a_function_inside_a_namespace() -> None:
+    """The request's check and the shape read one table of which entry names which tool
+    (`protocol.choice_entry`): an `allowed_tools` entry naming a namespace's function was
+    refused by the check (400, "not in tools") while the shape offers that very call."""
+    entry = {"type": "function", "name": "f"}
+    shape = _shape(
+        tools=[NAMESPACED],
+        tool_choice={"type": "allowed_tools", "mode": "required", "tools": [entry]},
+    )
+    assert _recipients(shape) == ["ns.f"]
+
+
+def test_a_custom_tool_entry_names_a_custom_tool_by_its_name() -> None:
+    """Read from the same table: an entry `{type: custom, name}` naming no declared custom
+    tool is refused (it was taken for any custom tool, and the shape then allowed nothing)."""
+    custom = {"type": "custom", "name": "x"}
+    named = {"type": "allowed_tools", "mode": "auto", "tools": [{"type": "custom", "name": "x"}]}
+    assert _recipients(_shape(tools=[custom], tool_choice=named)) == ["functions.x"]
+    other = {**named, "tools": [{"type": "custom", "name": "nope"}]}
+    with pytest.raises(RequestError) as refused:
+        _shape(tools=[custom], tool_choice=other)
+    assert refused.value.param == "tool_choice.tools[0]"
