@@ -1,7 +1,7 @@
 """The native engine with and without a structured-output constraint, same run, same model.
 
     python benchmarks/bench_constrained.py [--concurrency 1 16 64] [--tokens 64] [--reps 3]
-        [--device cpu|cuda] [--dtype float32|bfloat16] [--breakdown 16] [--per-row-fill]
+        [--device cpu|cuda] [--dtype float32|bfloat16] [--breakdown 16]
 
 The model is `init-model`'s random-weight gpt-oss (o200k_harmony's 201,088 tokens, so every
 mask covers the real vocabulary); each request is a harmony prompt, sampled at temperature 1.0
@@ -273,14 +273,7 @@ def main() -> None:
     parser.add_argument(
         "--breakdown", type=int, default=0, metavar="ROWS", help="time each phase of a step"
     )
-    parser.add_argument(
-        "--per-row-fill",
-        action="store_true",
-        help="fill each row's mask with its own call (no batch hook), to compare",
-    )
     args = parser.parse_args()
-    if args.per_row_fill:  # the engine then calls fill_bitmask row by row
-        delattr(GuidanceConstraint, "fill_batch")
     if args.device == "cuda" and not torch.cuda.is_available():
         parser.error("--device cuda: torch sees no CUDA device")
 

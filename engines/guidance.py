@@ -11,8 +11,7 @@ sampling step, for the batch's token masks.
   the pristine matcher in a small LRU keyed by the grammar's hash: a request repeating a schema
   gets a copy (`deep_copy`, microseconds) instead of a compile.
 - `GuidanceConstraint` is one request's matcher as the engine's `LogitsConstraint`: it writes
-  its row of the batch's mask (32-bit words, a set bit = allowed) and is told each token taken;
-  `fill_batch` writes all of a step's rows at once, in llguidance's thread pool.
+  its row of the batch's mask (32-bit words, a set bit = allowed) and is told each token taken.
 
 llguidance never raises for a bad grammar or an unexpected token: its matcher enters an error
 state. `matcher` turns a grammar error into `ConstraintError` (a request error, said before any
@@ -24,7 +23,6 @@ from __future__ import annotations
 import collections
 import hashlib
 import threading
-from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from streamfold.statemachine import StreamfoldError, Vocabulary
@@ -135,35 +133,11 @@ class Guidance:
         return pristine.deep_copy()
 
 
-_executor: Any = None  # llguidance's thread pool, made by the first `fill_batch`
-
-
 class GuidanceConstraint:
     """One request's matcher as the native engine's `LogitsConstraint`."""
 
     def __init__(self, matcher: llguidance.LLMatcher) -> None:
         self._matcher = matcher
-
-    @classmethod
-    def fill_batch(
-        cls, bitmask: Any, rows: Sequence[tuple[int, GuidanceConstraint]]
-    ) -> dict[int, Exception]:
-        """Fill the rows of all these constraints in one call (the engine's batch hook): the
-        masks are computed by llguidance's thread pool, in parallel and without the GIL,
-        where one call per row paid Python's overhead 16 times and used one core (on 16
-        cores, 0.24 ms a step at 16 rows). Returns the rows whose matcher failed."""
-        global _executor
-        if _executor is None:
-            _executor = _import().LLExecutor()  # 80% of the cores, at most 32 threads
-        _executor.unsafe_compute_mask_ptr(
-            [(c._matcher, row) for row, c in rows],
-            bitmask.data_ptr(),
-            bitmask.shape[1] * 4,
-            bitmask.shape[0],
-        )
-        return {
-            row: ConstraintError(c._matcher.get_error()) for row, c in rows if c._matcher.is_error()
-        }
 
     def fill_bitmask(self, bitmask: Any, row: int) -> None:
         words = bitmask[row]

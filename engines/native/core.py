@@ -9,11 +9,11 @@ from __future__ import annotations
 import itertools
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Literal
+from typing import Literal
 
 import torch
 
-from .._source import FinishReason, GenerationRequest, LogitsConstraint, TokenChunk
+from .._source import FinishReason, GenerationRequest, TokenChunk
 from .decode_graph import DecodePlan, DecodeRow, StaticDecode
 from .gptoss.model import GptOssModel
 from .gptoss.weights import ExpertMode
@@ -250,24 +250,12 @@ class EngineCore:
             return None, failed
         host = self._bitmask_buffer(len(batch))
         host.fill_(-1)
-        errors: dict[int, Exception] = {}
-        batches: dict[Any, list[tuple[int, LogitsConstraint]]] = {}
         for row, constraint in constrained:
-            if hasattr(type(constraint), "fill_batch"):  # the class fills its rows at once
-                batches.setdefault(type(constraint), []).append((row, constraint))
-                continue
             try:
                 constraint.fill_bitmask(host, row)
             except Exception as exc:  # the request's own failure: it alone ends
-                errors[row] = exc
-        for kind, group in batches.items():
-            try:
-                errors.update(kind.fill_batch(host, group))
-            except Exception as exc:  # not a row's own: every row of the batch ends
-                errors.update((row, exc) for row, _ in group)
-        for row, error in errors.items():
-            host[row].fill_(-1)
-            failed[row] = f"logits constraint failed: {type(error).__name__}: {error}"
+                host[row].fill_(-1)
+                failed[row] = f"logits constraint failed: {type(exc).__name__}: {exc}"
         return host.to(self.model.device, non_blocking=True), failed
 
     def _bitmask_buffer(self, rows: int) -> torch.Tensor:

@@ -5,7 +5,7 @@ llguidance's token bitmask in here."""
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import Any
 
 import numpy as np
 import pytest
@@ -140,53 +140,6 @@ def test_a_failing_constraint_ends_its_own_request_only(model: GptOssModel) -> N
     assert _tokens(bad) == hook.taken and len(hook.taken) == 2
     assert bad[-1].finish_reason == "error" and "KeyError" in (bad[-1].error or "")
     assert len(_tokens(out["ok"])) == 12 and out["ok"][-1].finish_reason == "length"
-    assert engine.blocks.blocks_in_use() == 0
-
-
-class BatchFilled(OnlyTokens):
-    """A constraint class with the batch hook: one call fills all its rows of a step."""
-
-    calls: ClassVar[list[list[int]]] = []
-
-    def __init__(self, fail_at: int | None = None) -> None:
-        super().__init__()
-        self.fail_at = fail_at
-
-    @classmethod
-    def fill_batch(
-        cls, bitmask: torch.Tensor, rows: list[tuple[int, BatchFilled]]
-    ) -> dict[int, Exception]:
-        cls.calls.append([row for row, _ in rows])
-        failed: dict[int, Exception] = {}
-        for row, constraint in rows:
-            if len(constraint.taken) == constraint.fail_at:
-                bitmask[row] = 0  # garbage: the engine must reset the failed row
-                failed[row] = KeyError("grammar state lost")
-            else:
-                constraint.fill_bitmask(bitmask, row)
-        return failed
-
-
-def test_a_class_with_fill_batch_fills_its_rows_in_one_call_and_fails_one_alone(
-    model: GptOssModel,
-) -> None:
-    prompts = random_prompts([6, 6, 6], seed=9)
-    engine = EngineCore(model, block_size=4, num_blocks=64)
-    hooks = [BatchFilled(), BatchFilled(fail_at=2)]
-    BatchFilled.calls.clear()
-    out = engine.run_to_completion(
-        [
-            _request("a", prompts[0], SAMPLED, constraint=hooks[0]),
-            _request("bad", prompts[1], SAMPLED, constraint=hooks[1]),
-            _request("free", prompts[2], SAMPLED),
-        ]
-    )
-    assert BatchFilled.calls[:3] == [[0, 1]] * 3 and BatchFilled.calls[3] == [0]
-    assert out["bad"][-1].finish_reason == "error" and "KeyError" in (out["bad"][-1].error or "")
-    assert _tokens(out["bad"]) == hooks[1].taken and len(hooks[1].taken) == 2
-    a = _tokens(out["a"])
-    assert len(a) == 12 and set(a) <= set(ALLOWED) and hooks[0].taken == a
-    assert len(_tokens(out["free"])) == 12
     assert engine.blocks.blocks_in_use() == 0
 
 
