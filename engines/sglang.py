@@ -50,7 +50,6 @@ stream as "error" with SGLang's message. Engine exceptions become a final error 
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import signal
 from collections.abc import AsyncIterator, Callable, Iterator, Mapping, Sequence
@@ -211,6 +210,10 @@ def _keeping_handler(signum: int) -> Iterator[None]:
         yield
     finally:
         if signal.getsignal(signum) is not before:
+            # Here, not at the top: asyncio (and the ssl it imports) cost every command that
+            # imports the engines ~15 ms of start-up (`streamfold replay`, `check`).
+            import asyncio
+
             try:
                 asyncio.get_running_loop().remove_signal_handler(signum)
             except RuntimeError:  # no running asyncio loop: it was `signal.signal`

@@ -25,12 +25,14 @@ _PROBE = """\
 import sys
 from streamfold.cli import main
 status = main(sys.argv[1:])
-print(" ".join(sorted(m for m in sys.modules if m.startswith("streamfold"))), file=sys.stderr)
+print(" ".join(sorted(m for m in sys.modules if m.startswith("streamfold") or "." not in m)),
+      file=sys.stderr)
 raise SystemExit(status)
 """
 
 
 def _modules_after(*argv: str) -> set[str]:
+    """The streamfold modules, and every top-level module, imported by a command."""
     done = subprocess.run(
         [sys.executable, "-c", _PROBE, *argv],
         stdout=subprocess.DEVNULL,
@@ -59,6 +61,16 @@ def test_replay_imports_no_checker_registry_or_server() -> None:
         "streamfold.adapters.server",
         "streamfold.adapters.agent",
     )
+
+
+def test_replay_and_check_import_no_asyncio() -> None:
+    """asyncio (and the ssl it imports) cost each command ~15 ms of start-up, about 6% of a
+    100k-token replay's whole-process CPU: `engines/sglang.py` imported it at the top for one
+    line of cleanup, and `replay` imports the engines."""
+    replayed = _modules_after("replay", str(TRACES / "weather_call.jsonl"))
+    checked = _modules_after("check", str(TRACES / "weather_call.golden.jsonl"))
+    assert "streamfold.adapters.grammars" in replayed  # the probe saw a real replay
+    assert not {"asyncio", "ssl"} & (replayed | checked)
 
 
 def test_check_imports_no_engine_adapter_or_server(tmp_path: Path) -> None:
