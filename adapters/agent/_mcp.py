@@ -23,6 +23,7 @@ from __future__ import annotations
 import functools
 import json
 import logging
+import traceback
 from collections.abc import AsyncIterator, Mapping
 from contextlib import asynccontextmanager
 from typing import Any, Literal
@@ -114,6 +115,29 @@ def _leaf(exc: BaseException) -> BaseException:
     while isinstance(exc, BaseExceptionGroup) and exc.exceptions:
         exc = exc.exceptions[0]
     return exc
+
+
+def _release(exc: BaseException) -> None:
+    """Clear the frames of `exc`'s tracebacks (and of the exceptions it holds), whose locals
+    hold what the failed operation had read: up to a whole byte budget of it.
+
+    The SDK's transports fail inside task groups, and the exception groups, their
+    tracebacks and frames form reference cycles, which only the cyclic collector frees: with
+    `tune_gc_for_serving`'s rarer young collections, a server asked again and again for a
+    listing past its budget held ~280 MB of such garbage (`bench_abuse.py --agent`, issue 29).
+    Cleared, a cycle holds a few small objects until it is collected."""
+    seen: set[int] = set()
+    pending = [exc]
+    while pending:
+        current = pending.pop()
+        if id(current) in seen:
+            continue
+        seen.add(id(current))
+        if current.__traceback__ is not None:
+            traceback.clear_frames(current.__traceback__)
+        pending += [e for e in (current.__cause__, current.__context__) if e is not None]
+        if isinstance(current, BaseExceptionGroup):
+            pending += current.exceptions
 
 
 def describe_error(exc: BaseException) -> str:
@@ -319,9 +343,11 @@ class McpTool:
                         break
         except Exception as exc:
             label = self.config.server_label
-            raise ToolListError(
+            message = (
                 f"could not list the tools of MCP server {label!r}: {_public_error(exc, label)}"
-            ) from exc
+            )
+            _release(exc)
+            raise ToolListError(message) from exc
         self.tools = tuple(info for info in listed if self._allowed(info))
         return self.tools
 
@@ -378,7 +404,9 @@ class McpTool:
             async with self._client(budget, None) as client:  # the loop bounds the call
                 result = await client.call_tool(name, parsed)
         except Exception as exc:  # protocol/transport errors: the model reads them
-            return ToolResult(error=_public_error(exc, self.config.server_label))
+            error = _public_error(exc, self.config.server_label)
+            _release(exc)
+            return ToolResult(error=error)
         text = _content_text(result)
         if result.is_error:
             return ToolResult(error=text or "the tool reported an error")

@@ -10,14 +10,24 @@ ends as a conformant response whose `mcp_list_tools` or `mcp_call` item says wha
 from __future__ import annotations
 
 import contextlib
+import gc
 import time
+import tracemalloc
 from collections.abc import Callable, Iterator
 from typing import Any
 
+import anyio
 import pytest
 from openai import OpenAI
 
-from streamfold.adapters.agent import ToolInfo, ToolLimits, ToolResult
+from streamfold.adapters.agent import (
+    McpServerConfig,
+    McpTool,
+    ToolInfo,
+    ToolLimits,
+    ToolListError,
+    ToolResult,
+)
 from streamfold.adapters.agent._config import AgentConfig
 from streamfold.adapters.server import MemoryEventStore, create_app
 from tests.server.serving import serve
@@ -202,3 +212,39 @@ def test_a_render_panic_fails_the_response_with_its_cause() -> None:
             time.sleep(0.05)
         assert stored.status == "failed" and stored.error is not None
         assert "PanicException" in stored.error.message
+
+
+@pytest.mark.parametrize("name", ["huge_listing", "huge_output"])
+def test_a_failed_operation_leaves_what_it_read_to_no_garbage_cycle(
+    setup: tuple[OpenAI, dict[str, str]], name: str
+) -> None:
+    """Issue 29 (`bench_abuse.py --agent`): a failed MCP operation's exception groups,
+    tracebacks and frames form reference cycles, and the frames held what it had read (up to
+    its 1 MiB budget) until the cyclic collector ran; with `tune_gc_for_serving`'s rarer young
+    collections a server asked again and again for an over-budget listing grew by ~280 MB.
+    The frames are cleared once the failure has become its error (8 failures, the collector
+    off: 3.2-3.5 MB held before, 0.6-0.8 MB after)."""
+    _, urls = setup
+    tool = McpTool(McpServerConfig(server_label="evil", server_url=urls[name]))
+
+    async def fail() -> None:
+        if name == "huge_listing":
+            with pytest.raises(ToolListError, match="more than 1048576 bytes"):
+                await tool.list_tools()
+        else:
+            await tool.list_tools()
+            assert "more than 1048576 bytes" in ((await tool.call("flood", "{}")).error or "")
+
+    anyio.run(fail)  # imports and first-use caches: not garbage
+    gc.collect()
+    gc.disable()
+    tracemalloc.start()
+    try:
+        before = tracemalloc.get_traced_memory()[0]
+        for _ in range(8):
+            anyio.run(fail)
+        held = tracemalloc.get_traced_memory()[0] - before
+    finally:
+        tracemalloc.stop()
+        gc.enable()
+    assert held < 2 << 20, f"{held} bytes held by 8 failed operations"
