@@ -4,6 +4,7 @@ llguidance's token bitmask in here."""
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Any
 
@@ -215,8 +216,13 @@ def test_the_bitmask_masks_exactly_its_disallowed_tokens(
 
 def test_the_c_extension_is_built_and_used() -> None:
     """setup.py builds engines/native/_bitmask.c in a checkout with a C compiler (as CI's);
-    without it the engine still masks, through numpy, about 4x slower."""
+    without it the engine still masks, through numpy, about 4x slower. CI sets
+    STREAMFOLD_EXPECT_SPEEDUPS: there a missing build is a failure; elsewhere (no compiler) a
+    skip, as for the reducer's extension (tests/statemachine/test_speedups.py)."""
     from streamfold.engines.native import bitmask
+
+    if not os.environ.get("STREAMFOLD_EXPECT_SPEEDUPS") and bitmask._apply_f32 is None:
+        pytest.skip("only where the build is expected to compile (CI)")
 
     assert bitmask._apply_f32 is not None, "build it: python setup.py -q build_ext --inplace"
 
