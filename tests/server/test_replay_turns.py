@@ -12,13 +12,15 @@ from typing import Any
 
 import openai
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from streamfold.adapters.formats import render_prompt
 from streamfold.adapters.protocol import parse_create_request
 from streamfold.adapters.registry import ReplayEngine
-from streamfold.adapters.replay_turns import conversation_turn
+from streamfold.adapters.replay_turns import _roles, conversation_turn, role_marker
 from streamfold.adapters.server import create_app
-from streamfold.engines.vocab import load_harmony_vocabulary
+from streamfold.engines.vocab import harmony_encoding, load_harmony_vocabulary
 
 from .helpers import GREETING, WEATHER_CALL, write_traces
 from .serving import serve
@@ -109,3 +111,42 @@ def test_single_traces_still_answer_every_turn(client: openai.OpenAI) -> None:
         ],
     )
     assert reply.output_text == "Hello there, how can I help?"
+
+
+def _roles_by_decoding_everything(prompt: list[int], vocabulary: Any) -> list[bytes]:
+    """The definition `_roles` had before it looked only at the headers (issue 29)."""
+    start = role_marker(vocabulary)
+    roles, header = [], None
+    for token in prompt:
+        if token in vocabulary.special_ids:
+            if header is not None:
+                roles.append(bytes(header).split(maxsplit=1)[0] if header.strip() else b"")
+            header = bytearray() if token == start else None
+        elif header is not None:
+            header += vocabulary.bytes_of(token)
+    if header is not None:
+        roles.append(bytes(header).split(maxsplit=1)[0] if header.strip() else b"")
+    return roles
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.data())
+def test_roles_read_from_the_headers_alone_are_those_of_the_whole_prompt(
+    data: st.DataObject,
+) -> None:
+    """Issue 29: the replay engine decoded every token of every prompt on the event loop
+    (~4 ms for 36k tokens); it decodes only each header's first word now, and must find the
+    same roles: whatever the tokens, and a first word longer than its window included."""
+    vocabulary = load_harmony_vocabulary()
+    encode = harmony_encoding().encode
+    words = ["assistant", "user", " to=functions.f", "functions.get", " ", "\n", "x", "é"]
+    pieces = [t for w in words for t in encode(w, allowed_special="all")]
+    pieces += [
+        vocabulary.special[s] for s in ("<|start|>", "<|end|>", "<|channel|>", "<|message|>")
+    ]
+    long_word = encode("y" * 40)  # longer than the header window
+    prompt = data.draw(
+        st.lists(st.one_of(st.sampled_from(pieces), st.just(long_word)), max_size=80)
+    )
+    tokens = [t for piece in prompt for t in (piece if isinstance(piece, list) else [piece])]
+    assert list(_roles(tokens, vocabulary)) == _roles_by_decoding_everything(tokens, vocabulary)
