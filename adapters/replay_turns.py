@@ -70,7 +70,7 @@ def _roles(prompt_token_ids: Sequence[int], vocabulary: Vocabulary) -> Iterator[
                 lambda token: token not in special, prompt[at + 1 + _HEADER_TOKENS :]
             )
             header += b"".join(map(vocabulary.bytes_of, rest))
-        yield header.split(maxsplit=1)[0] if header.strip() else b""
+        yield bytes(header).split(maxsplit=1)[0] if header.strip() else b""
 
 
 #: Tokens of a header decoded one at a time (a role is a few; a ChatML header is the message).
