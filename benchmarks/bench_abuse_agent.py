@@ -107,7 +107,11 @@ def workers(pid: int) -> list[int]:
     their memory is the sandboxes' own limit)."""
     found = []
     for task in Path(f"/proc/{pid}/task").iterdir():
-        for child in (task / "children").read_text().split():
+        try:  # a thread, or a child, may end while it is read
+            children = (task / "children").read_text().split()
+        except OSError:
+            continue
+        for child in children:
             try:
                 command = Path(f"/proc/{child}/cmdline").read_bytes()
             except OSError:
