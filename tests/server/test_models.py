@@ -24,6 +24,7 @@ def test_replay_lists_its_traces_and_conversations(tmp_path: Path) -> None:
             "broken",
             "chat",
             "codex_shell",
+            "gpt-5.5",  # Codex's apply_patch conversation (tests/clients/conftest.py)
             "output_text",
             "output_tool",
             "weather",
