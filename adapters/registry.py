@@ -444,14 +444,15 @@ def native_engine(args: argparse.Namespace) -> Engine:
     cap = getattr(args, "default_max_output_tokens", None)
     if cap is not None and cap < 0:
         raise EngineSetupError(f"--default-max-output-tokens must be 0 (no cap) or more, got {cap}")
-    engine = build_native_engine(model, **native_engine_options(args))
+    options = native_engine_options(args)
+    engine = build_native_engine(model, **options)
     return Engine(
         source=engine,
         format=HARMONY,
         warm_up=engine.warm_up,
         max_output_tokens=NATIVE_MAX_OUTPUT_TOKENS if cap is None else (cap or None),
         enforces_constraints=True,
-        keeps_prefixes=engine.core.blocks.prefix_cache,
+        keeps_prefixes=bool(options["prefix_cache"]),  # what the engine was built with
         models=lambda: (model,),
     )
 

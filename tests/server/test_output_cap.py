@@ -55,6 +55,12 @@ def _native(monkeypatch: pytest.MonkeyPatch, *argv: str) -> Any:
     return registry.native_engine(args)
 
 
+def test_native_keeps_prefixes_unless_told_not_to(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A warm-up prefills only where the engine keeps prefixes (`--no-prefix-cache` off)."""
+    assert _native(monkeypatch).keeps_prefixes is True
+    assert _native(monkeypatch, "--no-prefix-cache").keeps_prefixes is False
+
+
 def test_native_caps_by_default(monkeypatch: pytest.MonkeyPatch) -> None:
     assert _native(monkeypatch).max_output_tokens == NATIVE_MAX_OUTPUT_TOKENS
     assert _native(monkeypatch, "--default-max-output-tokens", "64").max_output_tokens == 64
