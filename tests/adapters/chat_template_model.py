@@ -73,6 +73,27 @@ CORPUS = [
 ] * 20
 
 
+#: One function tool as a Responses request declares it, and as the chat template is handed it.
+TOOLS = [
+    {
+        "type": "function",
+        "name": "get_weather",
+        "description": "The weather in a city",
+        "parameters": {"type": "object", "properties": {"city": {"type": "string"}}},
+    }
+]
+HF_TOOLS = [
+    {
+        "type": "function",
+        "function": {
+            "name": "get_weather",
+            "description": "The weather in a city",
+            "parameters": {"type": "object", "properties": {"city": {"type": "string"}}},
+        },
+    }
+]
+
+
 def build_model_dir(directory: Path, *, opening: str = "") -> Path:
     """Write tokenizer.json and tokenizer_config.json into `directory`; return it."""
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers

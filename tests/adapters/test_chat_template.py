@@ -26,28 +26,10 @@ from streamfold.statemachine import Response
 from tests.server.serving import serve
 
 from . import fakes_sglang, fakes_vllm
-from .chat_template_model import R1_OPENING, build_model_dir
+from .chat_template_model import HF_TOOLS, R1_OPENING, TOOLS, build_model_dir
 
 transformers = pytest.importorskip("transformers")
 
-TOOLS = [
-    {
-        "type": "function",
-        "name": "get_weather",
-        "description": "The weather in a city",
-        "parameters": {"type": "object", "properties": {"city": {"type": "string"}}},
-    }
-]
-HF_TOOLS = [
-    {
-        "type": "function",
-        "function": {
-            "name": "get_weather",
-            "description": "The weather in a city",
-            "parameters": {"type": "object", "properties": {"city": {"type": "string"}}},
-        },
-    }
-]
 
 # (Responses request, the same conversation as chat template messages written by hand, tools)
 CONVERSATIONS: dict[str, tuple[dict[str, Any], list[dict[str, Any]], Any]] = {

@@ -25,30 +25,12 @@ from streamfold.adapters.registry import ENGINES, Engine
 from streamfold.adapters.server import create_app
 from streamfold.engines import GenerationRequest, TokenChunk, dump_trace
 from streamfold.specs import check_bytes, format_report
-from tests.adapters.chat_template_model import build_model_dir
+from tests.adapters.chat_template_model import HF_TOOLS, TOOLS, build_model_dir
 
 from .serving import serve
 
 transformers = pytest.importorskip("transformers")
 
-TOOLS = [
-    {
-        "type": "function",
-        "name": "get_weather",
-        "description": "The weather in a city",
-        "parameters": {"type": "object", "properties": {"city": {"type": "string"}}},
-    }
-]
-HF_TOOLS = [
-    {
-        "type": "function",
-        "function": {
-            "name": "get_weather",
-            "description": "The weather in a city",
-            "parameters": {"type": "object", "properties": {"city": {"type": "string"}}},
-        },
-    }
-]
 SYSTEM = "You answer weather questions."
 # What the model wrote at each turn: a greeting, a call, the answer from the tool's output.
 TURNS = [
