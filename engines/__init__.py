@@ -1,7 +1,7 @@
 """Token sources: the seam (`TokenSource`), trace replay, and (behind the torch extra) the
 native gpt-oss engine. Importing this package never imports torch."""
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ._source import (
     DecodingConstraint,
@@ -24,7 +24,6 @@ from ._trace import (
 )
 from ._trace_loop import server_tools_from_header, server_tools_line
 from .native import build_native_engine
-from .native.gptoss.config import GptOssConfig, RopeConfig, load_config
 from .native.gptoss.errors import (
     CheckpointError,
     ConfigError,
@@ -36,8 +35,15 @@ from .native.gptoss.errors import (
 )
 from .replay import ReplaySource, TraceDirectorySource, UnknownTraceError
 
-# Names whose modules import torch: resolved on first attribute access only.
+if TYPE_CHECKING:
+    from .native.gptoss.config import GptOssConfig, RopeConfig, load_config
+
+# Names whose modules import torch, or that replay and check do not need (the model's
+# config: about 3 ms of their start): resolved on first attribute access only.
 _LAZY = {
+    "GptOssConfig": ".native.gptoss.config",
+    "RopeConfig": ".native.gptoss.config",
+    "load_config": ".native.gptoss.config",
     "GptOssModel": ".native.gptoss.model",
     "DenseAttention": ".native.gptoss.model",
     "EngineCore": ".native.core",

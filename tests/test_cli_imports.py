@@ -73,6 +73,20 @@ def test_replay_and_check_import_no_asyncio() -> None:
     assert not {"asyncio", "ssl"} & (replayed | checked)
 
 
+def test_replay_imports_no_engine_module_it_does_not_run() -> None:
+    """A replay runs the trace source, not vLLM's, SGLang's or the native engine's: their
+    modules (re-exported by `streamfold.adapters` and `streamfold.engines`, so loaded by any
+    import of an adapters module, the driver's included) were ~4% of a replay's start-up."""
+    modules = _modules_after("replay", str(TRACES / "weather_call.jsonl"))
+    assert "streamfold.adapters.driver" in modules  # the probe saw a real replay
+    assert not _heavy(
+        modules,
+        "streamfold.engines.vllm",
+        "streamfold.engines.sglang",
+        "streamfold.engines.native.gptoss.config",
+    )
+
+
 def test_check_imports_no_engine_adapter_or_server(tmp_path: Path) -> None:
     modules = _modules_after("check", str(TRACES / "weather_call.golden.jsonl"))
     assert "streamfold.specs._checker" in modules
