@@ -11,6 +11,14 @@ concurrency level N (rounds interleaved: every contender once per round):
   and apart from it the client's connecting before the send (`connect`; the server's accept
   comes after it, so it is in the TTFE),
 - whole-stream latency p50,
+- the client's own event loop lag (how late a 1 ms timer runs, p50/p99): a client loop that is
+  behind stamps its connects and receives late; `--client-procs N [M ...]` spreads the load
+  over N client processes (each its share of the streams and of the concurrency), counts
+  alternated round by round and reported apart,
+- with `--stamps`, the TTFE p50 split at the server (a stamping ASGI wrapper, `Stamped`, the
+  same around either server; one clock, CLOCK_MONOTONIC, in client and server): request sent
+  -> the app called (accept, read, parse, the task's start), the app -> its first body send,
+  and that send -> the client's receive (the loopback and the client's own lag),
 - the server process's CPU time per event (user + system, from /proc; Linux only), which
   moves far less than the wall-clock numbers when other work shares the machine.
 
@@ -37,7 +45,7 @@ repository root:
 
     python benchmarks/bench_server.py [--concurrency 10 200] [--streams 2000] [--rounds 3]
         [--tokens 100] [--store sqlite|memory] [--keep-alive]
-        [--contenders streamfold peer:httptools:uvloop]
+        [--contenders streamfold peer:httptools:uvloop] [--stamps] [--client-procs 1 4]
 
 WebSocket against SSE (and against a baseline checkout, installed as above):
 
@@ -51,6 +59,7 @@ import argparse
 import asyncio
 import contextlib
 import json
+import multiprocessing
 import os
 import socket
 import statistics
@@ -124,6 +133,8 @@ def serve(args: argparse.Namespace) -> None:
         tune_gc_for_serving()  # as `streamfold serve` does before it serves
         # `streamfold serve`'s WebSocket protocol (a baseline from before it: uvicorn's own).
         ws = getattr(server_module, "SocketFramesProtocol", "auto")
+    if args.stamps:
+        app = Stamped(app)
     serving = contextlib.nullcontext() if server == "peer" else serving_asyncio()
     if http == "granian":
         _serve_granian(app, args.port, loop, serving)
@@ -182,13 +193,57 @@ def free_port() -> int:
         return int(sock.getsockname()[1])
 
 
-def _request(keep_alive: bool) -> bytes:
+def _request(keep_alive: bool, key: str = "") -> bytes:
     body = json.dumps({"model": "bench", "input": "hi", "stream": True}).encode()
     connection = b"keep-alive" if keep_alive else b"close"
+    stamp = b"X-Bench-Id: %s\r\n" % key.encode() if key else b""
     return (
         b"POST /v1/responses HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
-        b"Connection: %s\r\nContent-Length: %d\r\n\r\n%s" % (connection, len(body), body)
+        b"%sConnection: %s\r\nContent-Length: %d\r\n\r\n%s" % (stamp, connection, len(body), body)
     )
+
+
+class Stamped:
+    """`--stamps`: an ASGI wrapper (the same around either server) that notes, for a request
+    with an `X-Bench-Id` header, when the app was called and when it sent its first body bytes
+    (the opening events), on `time.perf_counter`'s clock: CLOCK_MONOTONIC on Linux, the one the
+    client stamps its send and its first receive with. `GET /bench/stamps` hands them over (and
+    forgets them). So a time to first event splits into the server's part (send -> app called:
+    accepting, reading, parsing, the task's start; app called -> first body send) and the
+    client's (first body send -> the client's `data_received`: the loopback, and the client's
+    own loop being busy)."""
+
+    def __init__(self, app: Any) -> None:
+        self.app = app
+        self.stamps: dict[str, tuple[float, float]] = {}
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        if scope["type"] != "http":
+            return await self.app(scope, receive, send)  # type: ignore[no-any-return]
+        if scope["path"] == "/bench/stamps":
+            body = json.dumps(self.stamps).encode()
+            self.stamps = {}
+            headers = [(b"content-type", b"application/json")]
+            await send({"type": "http.response.start", "status": 200, "headers": headers})
+            await send({"type": "http.response.body", "body": body})
+            return None
+        key = next((v for k, v in scope["headers"] if k == b"x-bench-id"), None)
+        if key is None:
+            return await self.app(scope, receive, send)  # type: ignore[no-any-return]
+        called, stamps, first = time.perf_counter(), self.stamps, True
+
+        async def stamped(message: Any) -> None:
+            nonlocal first
+            if first and message["type"] == "http.response.body" and message.get("body"):
+                first = False
+                stamps[key.decode()] = (called, time.perf_counter())
+            await send(message)
+
+        return await self.app(scope, receive, stamped)  # type: ignore[no-any-return]
+
+
+#: `--stamps`: each stream's id -> (request sent, first event received), in this process.
+_CLIENT_STAMPS: dict[str, tuple[float, float]] | None = None
 
 
 Result = tuple[float, float, int, float]  # TTFE, whole stream, events, connecting (s)
@@ -236,7 +291,8 @@ async def one_stream(port: int, results: list[Result]) -> None:
     loop = asyncio.get_running_loop()
     started = time.perf_counter()
     done: asyncio.Future[Exception | None] = loop.create_future()
-    client = _StreamClient(_request(keep_alive=False), done)
+    key = f"{os.getpid()}-{len(results)}-{id(done)}" if _CLIENT_STAMPS is not None else ""
+    client = _StreamClient(_request(keep_alive=False, key=key), done)
     await loop.create_connection(lambda: client, "127.0.0.1", port)
     failed = await done
     if failed is not None:
@@ -244,6 +300,8 @@ async def one_stream(port: int, results: list[Result]) -> None:
     t0 = client.sent
     first = None if client.first is None else client.first - t0
     results.append(_result(client.received, t0, first, t0 - started))
+    if key and client.first is not None and _CLIENT_STAMPS is not None:
+        _CLIENT_STAMPS[key] = (t0, client.first)
 
 
 async def kept_streams(port: int, count: int, results: list[Result]) -> None:
@@ -340,60 +398,182 @@ async def socket_streams(port: int, count: int, results: list[Result]) -> None:
             results.append((first or 0.0, time.perf_counter() - t0, received.count(_EVENT), 0.0))
 
 
-async def run_level(
+class LagProbe:
+    """How late the client's own event loop runs a timer due every `period_s`: the loop's lag,
+    which every time the client stamps (connected, first event received) carries too. A client
+    that is behind measures itself, not the server."""
+
+    def __init__(self, period_s: float = 1e-3) -> None:
+        self.period_s = period_s
+        self.lags: list[float] = []
+        self._handle: asyncio.TimerHandle | None = None
+
+    def start(self) -> None:
+        loop = asyncio.get_running_loop()
+        self._schedule(loop, loop.time() + self.period_s)
+
+    def _schedule(self, loop: asyncio.AbstractEventLoop, when: float) -> None:
+        self._handle = loop.call_at(when, self._tick, loop, when)
+
+    def _tick(self, loop: asyncio.AbstractEventLoop, when: float) -> None:
+        now = loop.time()
+        self.lags.append(now - when)
+        self._schedule(loop, now + self.period_s)
+
+    def stop(self) -> None:
+        if self._handle is not None:
+            self._handle.cancel()
+
+
+async def run_streams(
+    port: int, concurrency: int, streams: int, keep_alive: bool, websocket: bool
+) -> tuple[list[Result], list[float], dict[str, tuple[float, float]]]:
+    """One client process's share of a level: its results, its loop's lags (s), and with
+    `--stamps` its streams' send and first-receive times."""
+    results: list[Result] = []
+    limiter = anyio.Semaphore(concurrency)
+    probe = LagProbe()
+
+    async def bounded() -> None:
+        async with limiter:
+            await one_stream(port, results)
+
+    probe.start()
+    try:
+        async with anyio.create_task_group() as tg:
+            if keep_alive or websocket:  # one connection per concurrent client, each its share
+                for i in range(concurrency):
+                    tg.start_soon(
+                        socket_streams if websocket else kept_streams,
+                        port,
+                        streams // concurrency + (i < streams % concurrency),
+                        results,
+                    )
+            else:
+                for _ in range(streams):
+                    tg.start_soon(bounded)
+    finally:
+        probe.stop()
+    return results, probe.lags, dict(_CLIENT_STAMPS or {})
+
+
+def _client_process(
+    port: int,
+    concurrency: int,
+    streams: int,
+    keep_alive: bool,
+    websocket: bool,
+    go: Any,
+    out: Any,
+) -> None:
+    """A client process (`--client-procs`): waits for the start, runs its share, sends back
+    its results and lags."""
+    go.wait()
+    out.put(anyio.run(run_streams, port, concurrency, streams, keep_alive, websocket))
+
+
+def _share(total: int, parts: int, i: int) -> int:
+    return total // parts + (i < total % parts)
+
+
+def run_level(
     port: int,
     concurrency: int,
     streams: int,
     pid: int,
     keep_alive: bool = False,
     websocket: bool = False,
+    procs: int = 1,
 ) -> dict[str, float]:
-    results: list[Result] = []
-    if websocket:
-        await socket_streams(port, 1, [])  # warm up (trace loading, vocabulary)
+    """One level against one server: `concurrency` streams at a time, spread over `procs`
+    client processes (each its share of the streams and of the concurrency, its own loop)."""
+    if websocket:  # warm up (trace loading, vocabulary)
+        anyio.run(socket_streams, port, 1, [])
     else:
-        await one_stream(port, [])  # warm up (trace loading, vocabulary)
-    limiter = anyio.Semaphore(concurrency)
-
-    async def bounded() -> None:
-        async with limiter:
-            await one_stream(port, results)
-
-    t0, cpu0 = time.perf_counter(), cpu_seconds(pid)
-    async with anyio.create_task_group() as tg:
-        if keep_alive or websocket:  # one connection per concurrent client, each its share
-            for i in range(concurrency):
-                tg.start_soon(
-                    socket_streams if websocket else kept_streams,
+        anyio.run(one_stream, port, [])
+    procs = max(1, min(procs, concurrency))
+    results: list[Result] = []
+    lags: list[float] = []
+    sent: dict[str, tuple[float, float]] = {}
+    if _CLIENT_STAMPS is not None:
+        _CLIENT_STAMPS.clear()
+        httpx.get(f"http://127.0.0.1:{port}/bench/stamps")  # forget the warm-up's
+    if procs == 1:
+        t0, cpu0 = time.perf_counter(), cpu_seconds(pid)
+        results, lags, sent = anyio.run(
+            run_streams, port, concurrency, streams, keep_alive, websocket
+        )
+    else:
+        context = multiprocessing.get_context("fork")
+        go, out = context.Event(), context.Queue()
+        workers = [
+            context.Process(
+                target=_client_process,
+                args=(
                     port,
-                    streams // concurrency + (i < streams % concurrency),
-                    results,
-                )
-        else:
-            for _ in range(streams):
-                tg.start_soon(bounded)
+                    _share(concurrency, procs, i),
+                    _share(streams, procs, i),
+                    keep_alive,
+                    websocket,
+                    go,
+                    out,
+                ),
+            )
+            for i in range(procs)
+        ]
+        for worker in workers:
+            worker.start()
+        time.sleep(0.2)  # every client process started, waiting
+        t0, cpu0 = time.perf_counter(), cpu_seconds(pid)
+        go.set()
+        for _ in workers:
+            share, share_lags, share_sent = out.get()
+            results += share
+            lags += share_lags
+            sent |= share_sent
+        for worker in workers:
+            worker.join()
     cpu1 = cpu_seconds(pid)
     wall, user, system = time.perf_counter() - t0, cpu1[0] - cpu0[0], cpu1[1] - cpu0[1]
     events = sum(r[2] for r in results)
     firsts = sorted(r[0] for r in results)
+    lags.sort()
+    parts: dict[str, float] = {}
+    if _CLIENT_STAMPS is not None:  # the time to first event, split at the server's stamps
+        served = httpx.get(f"http://127.0.0.1:{port}/bench/stamps").json()
+        both = [(sent[k], served[k]) for k in sent.keys() & served.keys()]
+        for name, at in (
+            ()
+            if not both
+            else (
+                ("to_app", lambda c, s: s[0] - c[0]),  # accept, read, parse, the app's task
+                ("in_app", lambda c, s: s[1] - s[0]),  # the app, to its first body send
+                ("to_client", lambda c, s: c[1] - s[1]),  # loopback, and the client's loop
+            )
+        ):
+            parts[f"ttfe_{name}_p50_ms"] = 1e3 * statistics.median(at(c, s) for c, s in both)
     return {
+        **parts,
         "concurrency": concurrency,
         "streams": streams,
-        "events": sum(r[2] for r in results),
+        "client_procs": procs,
+        "events": events,
         "wall_s": wall,
         "streams_per_s": streams / wall,
-        "events_per_s": sum(r[2] for r in results) / wall,
+        "events_per_s": events / wall,
         "ttfe_p50_ms": 1e3 * statistics.median(firsts),
         "ttfe_p99_ms": 1e3 * firsts[min(len(firsts) - 1, int(0.99 * len(firsts)))],
         "connect_p50_ms": 1e3 * statistics.median(r[3] for r in results),
         "stream_p50_ms": 1e3 * statistics.median(r[1] for r in results),
+        "client_lag_p50_ms": 1e3 * statistics.median(lags) if lags else float("nan"),
+        "client_lag_p99_ms": 1e3 * lags[int(0.99 * len(lags))] if lags else float("nan"),
         "server_cpu_us_per_event": 1e6 * (user + system) / events,
         "server_sys_share": system / (user + system) if user + system else float("nan"),
     }
 
 
 def start_server(
-    contender: str, traces: Path, store: str, index: int
+    contender: str, traces: Path, store: str, index: int, stamps: bool = False
 ) -> tuple[subprocess.Popen[bytes], int]:
     server, http, loop = [*contender.split(":"), "default", "default"][:3]
     server, _, package_dir = server.partition("@")
@@ -411,7 +591,7 @@ def start_server(
         sys.executable, __file__, "--serve", f"{server}:{http}:{loop}", "--traces", str(traces),
         "--port", str(port), "--store", store,
         "--store-path", str(traces / f"bench{index}.sqlite3"),
-    ]  # fmt: skip
+    ] + (["--stamps"] if stamps else [])  # fmt: skip
     proc = subprocess.Popen(command, cwd=ROOT, env=env)
     deadline = time.monotonic() + 60
     while True:
@@ -441,6 +621,22 @@ def main() -> None:
         help="each concurrent client sends its requests on one kept-alive connection (as a "
         "connection pool does) instead of a new connection per request",
     )
+    parser.add_argument(
+        "--client-procs",
+        type=int,
+        nargs="+",
+        default=[1],
+        help="spread each level's load over this many client processes (each its own event "
+        "loop, its share of the streams and of the concurrency), so that no client loop is "
+        "behind (see the client lag the report prints); several counts run alternated, "
+        "round by round, and are reported apart",
+    )
+    parser.add_argument(
+        "--stamps",
+        action="store_true",
+        help="split each time to first event into the server's part and the client's, with "
+        "a stamping ASGI wrapper around either server (see `Stamped`)",
+    )
     parser.add_argument("--json", action="store_true", help="print one JSON line per run")
     parser.add_argument("--serve", help=argparse.SUPPRESS)
     parser.add_argument("--traces", type=Path, help=argparse.SUPPRESS)
@@ -450,13 +646,16 @@ def main() -> None:
     if args.serve:
         serve(args)
         return
+    if args.stamps:
+        global _CLIENT_STAMPS
+        _CLIENT_STAMPS = {}
     with tempfile.TemporaryDirectory() as tmp:
         traces = Path(tmp)
         write_trace(traces, args.tokens)
         servers: dict[str, tuple[subprocess.Popen[bytes], int]] = {}
         try:
             for i, name in enumerate(args.contenders):
-                servers[name] = start_server(name, traces, args.store, i)
+                servers[name] = start_server(name, traces, args.store, i, args.stamps)
             load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
             print(
                 f"{args.tokens}-token answers one token per chunk, streamfold with a "
@@ -464,43 +663,59 @@ def main() -> None:
                 f"CPUs shared with other work (load average {load:.1f}): compare within a run"
             )
             for level in args.concurrency:
-                rows: dict[str, list[dict[str, float]]] = {name: [] for name in servers}
+                # Per client-process count, per contender: every pair once per round.
+                rows: dict[int, dict[str, list[dict[str, float]]]] = {
+                    procs: {name: [] for name in servers} for procs in args.client_procs
+                }
                 for _ in range(args.rounds):
-                    for name, (proc, port) in servers.items():
-                        streams = max(args.streams, level)
-                        websocket = name.startswith("streamfold-ws")
-                        row = anyio.run(
-                            run_level, port, level, streams, proc.pid, args.keep_alive, websocket
-                        )
-                        rows[name].append(row)
-                        if args.json:
-                            print(json.dumps({"contender": name, **row}))
-                report(level, rows)
+                    for procs in args.client_procs:
+                        for name, (proc, port) in servers.items():
+                            streams = max(args.streams, level)
+                            websocket = name.startswith("streamfold-ws")
+                            row = run_level(
+                                port, level, streams, proc.pid, args.keep_alive, websocket, procs
+                            )
+                            rows[procs][name].append(row)
+                            if args.json:
+                                print(json.dumps({"contender": name, **row}))
+                for procs, by_name in rows.items():
+                    report(level, by_name, procs)
         finally:
             for proc, _ in servers.values():
                 proc.terminate()
                 proc.wait(timeout=10)
 
 
-def report(level: int, rows: dict[str, list[dict[str, float]]]) -> None:
+def report(level: int, rows: dict[str, list[dict[str, float]]], procs: int = 1) -> None:
     def span(name: str, key: str, fmt: str) -> str:
         values = [row[key] for row in rows[name]]
         return f"{min(values):{fmt}}–{max(values):{fmt}}"
 
-    print(f"\nconcurrency {level}:")
+    clients = f", {procs} client processes" if procs > 1 else ""
+    print(f"\nconcurrency {level}{clients}:")
     print(
         "| server | events/s | server CPU µs/event (kernel share) | TTFE p50 ms | TTFE p99 ms "
-        "| stream p50 ms | connect p50 ms |"
+        "| stream p50 ms | connect p50 ms | client lag p50/p99 ms |"
     )
-    print("|---|---|---|---|---|---|---|")
+    print("|---|---|---|---|---|---|---|---|")
     for name in rows:
         print(
             f"| {name} | {span(name, 'events_per_s', '.0f')} | "
             f"{span(name, 'server_cpu_us_per_event', '.1f')} "
             f"({span(name, 'server_sys_share', '.0%')}) | {span(name, 'ttfe_p50_ms', '.1f')} "
             f"| {span(name, 'ttfe_p99_ms', '.1f')} | {span(name, 'stream_p50_ms', '.1f')} "
-            f"| {span(name, 'connect_p50_ms', '.2f')} |"
+            f"| {span(name, 'connect_p50_ms', '.2f')} "
+            f"| {span(name, 'client_lag_p50_ms', '.2f')} "
+            f"/ {span(name, 'client_lag_p99_ms', '.2f')} |"
         )
+    for name in rows:
+        if "ttfe_to_app_p50_ms" in rows[name][0]:
+            print(
+                f"- {name}: TTFE p50 split (ms): request sent -> app called "
+                f"{span(name, 'ttfe_to_app_p50_ms', '.2f')}, app -> its first body send "
+                f"{span(name, 'ttfe_in_app_p50_ms', '.2f')}, that send -> the client's "
+                f"receive {span(name, 'ttfe_to_client_p50_ms', '.2f')}"
+            )
     peers = [name for name in rows if name.startswith("peer")]
     sse = [name for name in rows if name.startswith("streamfold") and "-ws" not in name]
     for ours in (name for name in rows if name.startswith("streamfold-ws")):
