@@ -19,45 +19,62 @@
 #include <math.h>
 #include <stdint.h>
 
+/* One block of 32 logits masked by its word `bits` (not all ones): -inf where a bit is clear. */
+static inline void mask_block(float *block, uint32_t bits, Py_ssize_t n) {
+    const float ninf = -INFINITY;
+    if (bits == 0) {
+        for (Py_ssize_t j = 0; j < n; j++) {
+            block[j] = ninf;
+        }
+        return;
+    }
+    uint32_t off = ~bits;
+    if (n < 32) {
+        off &= (1u << n) - 1u;
+    }
+#if defined(__GNUC__) || defined(__clang__)
+    while (off) {
+        block[__builtin_ctz(off)] = ninf;
+        off &= off - 1u;
+    }
+#else
+    for (int j = 0; off; j++, off >>= 1) {
+        if (off & 1u) {
+            block[j] = ninf;
+        }
+    }
+#endif
+}
+
+/* The words to mask are found GROUP at a time and their blocks prefetched for writing before
+ * any is written: the blocks are scattered over the row (in free text ~250 of a row's 6,284)
+ * and, after a matmul on many threads, often in other cores' caches, so written one after
+ * the other each write waited for its line (0.38 ms at 16 rows on a 16-core machine). */
+#define GROUP 32
+
 static void mask_rows(float *logits, const uint32_t *words, Py_ssize_t rows, Py_ssize_t width,
                       Py_ssize_t vocab, Py_ssize_t row_stride) {
-    const float ninf = -INFINITY;
+    Py_ssize_t at[GROUP];
     for (Py_ssize_t r = 0; r < rows; r++) {
         float *row = logits + r * row_stride;
         const uint32_t *w = words + r * width;
-        for (Py_ssize_t i = 0; i < width; i++) {
-            uint32_t bits = w[i];
-            if (bits == 0xFFFFFFFFu) {
-                continue;
-            }
-            Py_ssize_t base = i * 32;
-            Py_ssize_t n = vocab - base < 32 ? vocab - base : 32;
-            if (n <= 0) {
-                break;
-            }
-            float *block = row + base;
-            if (bits == 0) {
-                for (Py_ssize_t j = 0; j < n; j++) {
-                    block[j] = ninf;
-                }
-                continue;
-            }
-            uint32_t off = ~bits;
-            if (n < 32) {
-                off &= (1u << n) - 1u;
-            }
+        Py_ssize_t i = 0;
+        while (i < width) {
+            int found = 0;
+            for (; i < width && found < GROUP; i++) {
+                if (w[i] != 0xFFFFFFFFu && i * 32 < vocab) {
+                    at[found++] = i;
 #if defined(__GNUC__) || defined(__clang__)
-            while (off) {
-                block[__builtin_ctz(off)] = ninf;
-                off &= off - 1u;
-            }
-#else
-            for (int j = 0; off; j++, off >>= 1) {
-                if (off & 1u) {
-                    block[j] = ninf;
+                    __builtin_prefetch(row + i * 32, 1, 0);
+                    __builtin_prefetch(row + i * 32 + 16, 1, 0);
+#endif
                 }
             }
-#endif
+            for (int k = 0; k < found; k++) {
+                Py_ssize_t base = at[k] * 32;
+                Py_ssize_t n = vocab - base < 32 ? vocab - base : 32;
+                mask_block(row + base, w[at[k]], n);
+            }
         }
     }
 }
