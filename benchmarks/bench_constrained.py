@@ -33,6 +33,7 @@ import tempfile
 import time
 from collections import defaultdict
 from collections.abc import Callable
+from concurrent.futures import Future
 from pathlib import Path
 from typing import Any
 
@@ -262,6 +263,16 @@ def breakdown(core: EngineCore, rows: int, tokens: int, device: str, reps: int) 
         print(f"| {label} | {f:.2f} | {c:.2f} | {c - f:+.2f} |")
 
 
+def _serial_fill(core: EngineCore, batch: list[Any]) -> Future[Any] | None:
+    """`EngineCore._start_bitmask` without its thread: the fill runs before the forward, on
+    the stepping thread (`--serial-fill`, to compare against the overlap)."""
+    if all(s.request.constraint is None for s in batch):
+        return None
+    done: Future[Any] = Future()
+    done.set_result(core._bitmask(batch))
+    return done
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--concurrency", type=int, nargs="+", default=[1, 16, 64])
@@ -273,7 +284,14 @@ def main() -> None:
     parser.add_argument(
         "--breakdown", type=int, default=0, metavar="ROWS", help="time each phase of a step"
     )
+    parser.add_argument(
+        "--serial-fill",
+        action="store_true",
+        help="fill the bitmask after the forward, on the stepping thread (as before the overlap)",
+    )
     args = parser.parse_args()
+    if args.serial_fill:
+        EngineCore._start_bitmask = _serial_fill  # type: ignore[method-assign]
     if args.device == "cuda" and not torch.cuda.is_available():
         parser.error("--device cuda: torch sees no CUDA device")
 

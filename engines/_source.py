@@ -80,6 +80,13 @@ class LogitsConstraint(Protocol):
     allowed. After sampling, `advance(token_id)` tells the constraint the token its sequence
     took. Logprobs stay the model's own (unmasked) distribution, as vLLM reports them.
 
+    A constraint class may also define a classmethod `fill_batch(bitmask, rows)`, `rows` a
+    list of (row, constraint) of that class: the engine then fills all of a step's rows of
+    that class in that one call, which returns {row: exception} for the rows that failed.
+    On the CPU the engine fills a step's rows in a thread of its own while the forward runs:
+    `fill_bitmask`/`fill_batch` and `advance` may be called from different threads, never
+    at the same time.
+
     A constraint is state for one request: never share one between requests. It must allow at
     least one token (an accepting grammar allows the end-of-sequence token). An exception from
     either method ends its request alone with `finish_reason="error"`.

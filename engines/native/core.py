@@ -8,12 +8,13 @@ from __future__ import annotations
 
 import itertools
 from collections.abc import Callable
+from concurrent.futures import Future, ThreadPoolExecutor, wait
 from pathlib import Path
 from typing import Literal
 
 import torch
 
-from .._source import FinishReason, GenerationRequest, TokenChunk
+from .._source import FinishReason, GenerationRequest, LogitsConstraint, TokenChunk
 from .decode_graph import DecodePlan, DecodeRow, StaticDecode
 from .gptoss.model import GptOssModel
 from .gptoss.weights import ExpertMode
@@ -90,6 +91,8 @@ class EngineCore:
         # ms into a kept buffer, 1 thread).
         self._logits: torch.Tensor | None = None
         self._bitmask_host: torch.Tensor | None = None  # the constrained rows' (see _bitmask)
+        # One thread fills a step's bitmask while this one runs its forward (see `_run`).
+        self._filler: ThreadPoolExecutor | None = None
         if decode == "auto":
             decode = DecodePlan.for_device(model.device, max_num_seqs)
         self.static_decode = None
@@ -212,6 +215,13 @@ class EngineCore:
     ) -> tuple[list[Sample], dict[int, str]]:
         """The forward pass and the batch's sampling: one token per row, and the rows whose
         constraint failed (row -> message)."""
+        # The masks depend only on the tokens taken so far (every matcher was told its last
+        # token in the previous step's `_postprocess`). On the CPU they are filled in a
+        # thread of their own while this one runs the forward (llguidance fills without the
+        # GIL, the forward's torch ops release it), joined before sampling, even if the
+        # forward raises, so no fill outlives its step. On an accelerator the forward is
+        # only launched here, so the fill after it overlaps the device's forward already.
+        filling = self._start_bitmask(batch) if self.model.device.type == "cpu" else None
         self.model.before_unembedding = handoff
         try:
             if self.static_decode is not None and all(
@@ -222,11 +232,18 @@ class EngineCore:
                 )
             else:
                 logits = self._mixed_step(batch)
+        except BaseException:
+            if filling is not None:
+                wait([filling])
+            raise
         finally:
             unused, self.model.before_unembedding = self.model.before_unembedding, None
         if unused is not None:  # the forward ran no Python: a replayed graph
             unused()
-        bitmask, failed = self._bitmask(batch)
+        host, failed = filling.result() if filling is not None else self._bitmask(batch)
+        # One non-blocking copy (from pinned memory on CUDA), issued here, on this thread's
+        # stream: nothing waits for the device.
+        bitmask = None if host is None else host.to(self.model.device, non_blocking=True)
         samples = sample_batch(
             logits,
             [s.request.sampling for s in batch],
@@ -236,27 +253,53 @@ class EngineCore:
         )
         return samples, failed
 
+    def _start_bitmask(
+        self, batch: list[Sequence]
+    ) -> Future[tuple[torch.Tensor | None, dict[int, str]]] | None:
+        """`_bitmask(batch)` started in the filler thread; None when no row is constrained."""
+        if all(s.request.constraint is None for s in batch):
+            return None
+        if self._filler is None:
+            self._filler = ThreadPoolExecutor(1, thread_name_prefix="streamfold-bitmask")
+        return self._filler.submit(self._bitmask, batch)
+
     def _bitmask(self, batch: list[Sequence]) -> tuple[torch.Tensor | None, dict[int, str]]:
-        """The batch's token bitmask on the device (None when no row is constrained), and the
+        """The batch's token bitmask on the host (None when no row is constrained), and the
         rows whose constraint raised (left all allowed; `_postprocess` fails them).
 
-        Rows are filled on the host, in a pinned buffer on CUDA, and go over in one
-        non-blocking copy: nothing here waits for the device. (The buffer is refilled only
-        next step, after this step's sampling has synchronised on its one transfer.)"""
+        Rows are filled in a buffer kept between steps (pinned on CUDA, for `_run`'s one
+        non-blocking copy), refilled only next step, after this step's sampling has
+        synchronised on its one transfer."""
         rows = [(row, s.request.constraint) for row, s in enumerate(batch)]
         constrained = [(row, c) for row, c in rows if c is not None]
         failed: dict[int, str] = {}
         if not constrained:
             return None, failed
         host = self._bitmask_buffer(len(batch))
-        host.fill_(-1)
+        # numpy, not torch, presets the words: a torch op big enough to run in parallel
+        # would give the filler thread an OpenMP team of its own, and two teams on the same
+        # cores throttle the engine thread's (see `_openmp`).
+        words = host.numpy()
+        words.fill(-1)
+        errors: dict[int, BaseException] = {}
+        batches: dict[type, list[tuple[int, LogitsConstraint]]] = {}
         for row, constraint in constrained:
+            if hasattr(type(constraint), "fill_batch"):  # the class fills its rows at once
+                batches.setdefault(type(constraint), []).append((row, constraint))
+                continue
             try:
                 constraint.fill_bitmask(host, row)
             except Exception as exc:  # the request's own failure: it alone ends
-                host[row].fill_(-1)
-                failed[row] = f"logits constraint failed: {type(exc).__name__}: {exc}"
-        return host.to(self.model.device, non_blocking=True), failed
+                errors[row] = exc
+        for kind, group in batches.items():
+            try:
+                errors.update(kind.fill_batch(host, group))  # type: ignore[attr-defined]
+            except Exception as exc:  # not a row's own: every row of the call ends
+                errors.update((row, exc) for row, _ in group)
+        for row, error in errors.items():
+            words[row] = -1
+            failed[row] = f"logits constraint failed: {type(error).__name__}: {error}"
+        return host, failed
 
     def _bitmask_buffer(self, rows: int) -> torch.Tensor:
         if self._bitmask_host is None or self._bitmask_host.shape[0] < rows:

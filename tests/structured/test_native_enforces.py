@@ -214,3 +214,36 @@ def test_a_grammar_that_does_not_compile_ends_its_request_with_an_error(engine: 
     out = _chunks(engine, "start: ( unclosed", ["bad"])
     assert [c.finish_reason for c in out["bad"]] == ["error"]
     assert "does not compile" in (out["bad"][0].error or "")
+
+
+def test_the_batch_fill_writes_what_each_row_would_and_names_a_failed_row() -> None:
+    """`GuidanceConstraint.fill_batch` (llguidance's thread pool, the engine's path) gives
+    every row the mask its own `fill_bitmask` gives, over rows in different states, and
+    reports a matcher in error as that row's failure alone."""
+    import torch
+
+    from streamfold.engines.guidance import GuidanceConstraint, guidance_for
+
+    guidance = guidance_for(load_harmony_vocabulary())
+    grammar = harmony_grammar(budget_shape(Shape(answer=JsonBody(schema=SCHEMA)), BUDGET))
+    encoding = harmony_encoding()
+    texts = [
+        "",
+        "<|channel|>analysis<|message|> the pet",
+        '<|channel|>analysis<|message|>x<|end|><|start|>assistant<|channel|>final<|message|>{"na',
+    ]
+    rows = []
+    for text in texts:
+        constraint = GuidanceConstraint(guidance.matcher(grammar))
+        for token in encoding.encode(text, allowed_special="all"):
+            constraint.advance(token)
+        rows.append(constraint)
+    broken = GuidanceConstraint(guidance.matcher(grammar))
+    broken._matcher.consume_token(17196)  # "final" before any channel: the matcher errs
+    one_by_one = torch.full((4, guidance.row_words), -1, dtype=torch.int32)
+    for row, constraint in enumerate(rows):
+        constraint.fill_bitmask(one_by_one, row)
+    batched = torch.full((4, guidance.row_words), -1, dtype=torch.int32)
+    failed = GuidanceConstraint.fill_batch(batched, [*enumerate(rows), (3, broken)])
+    assert torch.equal(batched[:3], one_by_one[:3])
+    assert list(failed) == [3] and "final" in str(failed[3])
