@@ -217,7 +217,7 @@ def test_a_grammar_that_does_not_compile_ends_its_request_with_an_error(engine: 
 
 
 def test_the_batch_fill_writes_what_each_row_would_and_names_a_failed_row() -> None:
-    """`GuidanceConstraint.fill_batch` (llguidance's thread pool, the engine's path) gives
+    """`GuidanceConstraint.fill_batch` (one llguidance call for all rows, the engine's path) gives
     every row the mask its own `fill_bitmask` gives, over rows in different states, and
     reports a matcher in error as that row's failure alone."""
     import torch
