@@ -210,17 +210,24 @@ class EngineCore:
             self.tokens_at_peak = sum(len(s.token_ids) for s in batch)
         return batch
 
+    #: Constrained rows from which a CPU step fills its bitmask beside its forward. Below,
+    #: handing the fill to the thread and the two threads' turns at the GIL cost more than
+    #: the fill (1 row on 2 cores: 0.89 of the free tokens/s overlapped, 0.94 on the
+    #: stepping thread; 16 rows: 0.95 either way; benchmarks/bench_constrained.py).
+    OVERLAP_ROWS = 8
+
     def _run(
         self, batch: list[Sequence], handoff: Callable[[], object] | None
     ) -> tuple[list[Sample], dict[int, str]]:
         """The forward pass and the batch's sampling: one token per row, and the rows whose
         constraint failed (row -> message)."""
         # The masks depend only on the tokens taken so far (every matcher was told its last
-        # token in the previous step's `_postprocess`). On the CPU they are filled in a
-        # thread of their own while this one runs the forward (llguidance fills without the
-        # GIL, the forward's torch ops release it), joined before sampling, even if the
-        # forward raises, so no fill outlives its step. On an accelerator the forward is
-        # only launched here, so the fill after it overlaps the device's forward already.
+        # token in the previous step's `_postprocess`). On the CPU, from OVERLAP_ROWS
+        # constrained rows, they are filled in a thread of their own while this one runs the
+        # forward (llguidance fills without the GIL, the forward's torch ops release it),
+        # joined before sampling, even if the forward raises, so no fill outlives its step.
+        # On an accelerator the forward is only launched here, so the fill after it overlaps
+        # the device's forward already.
         filling = self._start_bitmask(batch) if self.model.device.type == "cpu" else None
         self.model.before_unembedding = handoff
         try:
@@ -256,8 +263,9 @@ class EngineCore:
     def _start_bitmask(
         self, batch: list[Sequence]
     ) -> Future[tuple[torch.Tensor | None, dict[int, str]]] | None:
-        """`_bitmask(batch)` started in the filler thread; None when no row is constrained."""
-        if all(s.request.constraint is None for s in batch):
+        """`_bitmask(batch)` started in the filler thread; None when fewer than OVERLAP_ROWS
+        rows are constrained (`_run` then fills them itself, after the forward)."""
+        if sum(s.request.constraint is not None for s in batch) < self.OVERLAP_ROWS:
             return None
         if self._filler is None:
             self._filler = ThreadPoolExecutor(1, thread_name_prefix="streamfold-bitmask")
