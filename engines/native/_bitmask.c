@@ -18,6 +18,7 @@
 #include <Python.h>
 #include <math.h>
 #include <stdint.h>
+#include <string.h>
 
 /* One block of 32 logits masked by its word `bits` (not all ones): -inf where a bit is clear. */
 static inline void mask_block(float *block, uint32_t bits, Py_ssize_t n) {
@@ -62,6 +63,17 @@ static void mask_rows(float *logits, const uint32_t *words, Py_ssize_t rows, Py_
         while (i < width) {
             int found = 0;
             for (; i < width && found < GROUP; i++) {
+                /* Free text: nearly every word is all ones; four at a time are skipped with
+                 * two 64-bit reads (the scan was half the pass: 50 of 100 us at 16 rows). */
+                if ((i & 3) == 0 && i + 4 <= width) {
+                    uint64_t a, b;
+                    memcpy(&a, w + i, 8);
+                    memcpy(&b, w + i + 2, 8);
+                    if ((a & b) == ~(uint64_t)0) {
+                        i += 3;
+                        continue;
+                    }
+                }
                 if (w[i] != 0xFFFFFFFFu && i * 32 < vocab) {
                     at[found++] = i;
 #if defined(__GNUC__) || defined(__clang__)
