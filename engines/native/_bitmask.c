@@ -5,8 +5,10 @@
  * several whole-mask passes (compare, nonzero, gather, unpack) and a gather/scatter of every
  * 32-token block that is not all allowed: about 0.5 ms at 16 rows of gpt-oss's 201,088 tokens,
  * as much as the rest of the constraint's cost together. Here one sequential read of the words
- * skips the all-ones ones (free text: all but a few hundred a row) and writes -inf only where a
- * bit is clear, so the logits that stay are never touched.
+ * skips the all-ones ones (free text: all but a few hundred a row, four at a time) and writes
+ * -inf only where a bit is clear, so the logits that stay are never touched. (Finding the
+ * blocks to mask 32 at a time and prefetching them before writing was tried: slower in JSON
+ * rows, no faster in free text, against this file built by setup.py.)
  *
  * apply_f32(logits_ptr, words_ptr, rows, width, vocab, row_stride): logits is float32
  * [rows, >= vocab] with `row_stride` floats between rows; words is int32 [rows, width],
@@ -20,73 +22,56 @@
 #include <stdint.h>
 #include <string.h>
 
-/* One block of 32 logits masked by its word `bits` (not all ones): -inf where a bit is clear. */
-static inline void mask_block(float *block, uint32_t bits, Py_ssize_t n) {
-    const float ninf = -INFINITY;
-    if (bits == 0) {
-        for (Py_ssize_t j = 0; j < n; j++) {
-            block[j] = ninf;
-        }
-        return;
-    }
-    uint32_t off = ~bits;
-    if (n < 32) {
-        off &= (1u << n) - 1u;
-    }
-#if defined(__GNUC__) || defined(__clang__)
-    while (off) {
-        block[__builtin_ctz(off)] = ninf;
-        off &= off - 1u;
-    }
-#else
-    for (int j = 0; off; j++, off >>= 1) {
-        if (off & 1u) {
-            block[j] = ninf;
-        }
-    }
-#endif
-}
-
-/* The words to mask are found GROUP at a time and their blocks prefetched for writing before
- * any is written: the blocks are scattered over the row (in free text ~250 of a row's 6,284)
- * and, after a matmul on many threads, often in other cores' caches, so written one after
- * the other each write waited for its line (0.38 ms at 16 rows on a 16-core machine). */
-#define GROUP 32
-
 static void mask_rows(float *logits, const uint32_t *words, Py_ssize_t rows, Py_ssize_t width,
                       Py_ssize_t vocab, Py_ssize_t row_stride) {
-    Py_ssize_t at[GROUP];
+    const float ninf = -INFINITY;
     for (Py_ssize_t r = 0; r < rows; r++) {
         float *row = logits + r * row_stride;
         const uint32_t *w = words + r * width;
-        Py_ssize_t i = 0;
-        while (i < width) {
-            int found = 0;
-            for (; i < width && found < GROUP; i++) {
-                /* Free text: nearly every word is all ones; four at a time are skipped with
-                 * two 64-bit reads (the scan was half the pass: 50 of 100 us at 16 rows). */
-                if ((i & 3) == 0 && i + 4 <= width) {
-                    uint64_t a, b;
-                    memcpy(&a, w + i, 8);
-                    memcpy(&b, w + i + 2, 8);
-                    if ((a & b) == ~(uint64_t)0) {
-                        i += 3;
-                        continue;
-                    }
+        for (Py_ssize_t i = 0; i < width; i++) {
+            /* Free text: nearly every word is all ones; four at a time are skipped with two
+             * 64-bit reads (the scan was half the pass: 16 rows of all ones took 50 us). */
+            if ((i & 3) == 0 && i + 4 <= width) {
+                uint64_t a, b;
+                memcpy(&a, w + i, 8);
+                memcpy(&b, w + i + 2, 8);
+                if ((a & b) == ~(uint64_t)0) {
+                    i += 3;
+                    continue;
                 }
-                if (w[i] != 0xFFFFFFFFu && i * 32 < vocab) {
-                    at[found++] = i;
+            }
+            uint32_t bits = w[i];
+            if (bits == 0xFFFFFFFFu) {
+                continue;
+            }
+            Py_ssize_t base = i * 32;
+            Py_ssize_t n = vocab - base < 32 ? vocab - base : 32;
+            if (n <= 0) {
+                break;
+            }
+            float *block = row + base;
+            if (bits == 0) {
+                for (Py_ssize_t j = 0; j < n; j++) {
+                    block[j] = ninf;
+                }
+                continue;
+            }
+            uint32_t off = ~bits;
+            if (n < 32) {
+                off &= (1u << n) - 1u;
+            }
 #if defined(__GNUC__) || defined(__clang__)
-                    __builtin_prefetch(row + i * 32, 1, 0);
-                    __builtin_prefetch(row + i * 32 + 16, 1, 0);
-#endif
+            while (off) {
+                block[__builtin_ctz(off)] = ninf;
+                off &= off - 1u;
+            }
+#else
+            for (int j = 0; off; j++, off >>= 1) {
+                if (off & 1u) {
+                    block[j] = ninf;
                 }
             }
-            for (int k = 0; k < found; k++) {
-                Py_ssize_t base = at[k] * 32;
-                Py_ssize_t n = vocab - base < 32 ? vocab - base : 32;
-                mask_block(row + base, w[at[k]], n);
-            }
+#endif
         }
     }
 }
