@@ -1,7 +1,7 @@
 """The native engine with and without a structured-output constraint, same run, same model.
 
     python benchmarks/bench_constrained.py [--concurrency 1 16 64] [--tokens 64] [--reps 3]
-        [--device cpu|cuda] [--dtype float32|bfloat16] [--breakdown 16]
+        [--device cpu|cuda] [--dtype float32|bfloat16] [--breakdown 16] [--overlap-fill 8]
 
 The model is `init-model`'s random-weight gpt-oss (o200k_harmony's 201,088 tokens, so every
 mask covers the real vocabulary); each request is a harmony prompt, sampled at temperature 1.0
@@ -21,6 +21,10 @@ logits on `--device`.
 stepped directly, no event loop): the forward, filling the bitmask, masking the logits, the
 rest of the sampling, and telling each matcher its token. On CUDA each phase is synchronised
 to be timed, so the breakdown's steps are slower than the served engine's.
+
+`--overlap-fill N` sets `EngineCore.OVERLAP_ROWS`: on the CPU, from N constrained rows, the
+bitmask is filled in a thread of its own beside the forward (the breakdown's fill is then that
+thread's CPU time, off the stepping thread's). Run with and without it, alternated, to compare.
 """
 
 from __future__ import annotations
@@ -33,7 +37,6 @@ import tempfile
 import time
 from collections import defaultdict
 from collections.abc import Callable
-from concurrent.futures import Future
 from pathlib import Path
 from typing import Any
 
@@ -263,16 +266,6 @@ def breakdown(core: EngineCore, rows: int, tokens: int, device: str, reps: int) 
         print(f"| {label} | {f:.2f} | {c:.2f} | {c - f:+.2f} |")
 
 
-def _serial_fill(core: EngineCore, batch: list[Any]) -> Future[Any] | None:
-    """`EngineCore._start_bitmask` without its thread: the fill runs before the forward, on
-    the stepping thread (`--serial-fill`, to compare against the overlap)."""
-    if all(s.request.constraint is None for s in batch):
-        return None
-    done: Future[Any] = Future()
-    done.set_result(core._bitmask(batch))
-    return done
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--concurrency", type=int, nargs="+", default=[1, 16, 64])
@@ -285,13 +278,14 @@ def main() -> None:
         "--breakdown", type=int, default=0, metavar="ROWS", help="time each phase of a step"
     )
     parser.add_argument(
-        "--serial-fill",
-        action="store_true",
-        help="fill the bitmask after the forward, on the stepping thread (as before the overlap)",
+        "--overlap-fill",
+        type=int,
+        default=None,
+        metavar="ROWS",
+        help="fill the bitmask beside the forward from ROWS constrained rows (CPU)",
     )
     args = parser.parse_args()
-    if args.serial_fill:
-        EngineCore._start_bitmask = _serial_fill  # type: ignore[method-assign]
+    EngineCore.OVERLAP_ROWS = args.overlap_fill
     if args.device == "cuda" and not torch.cuda.is_available():
         parser.error("--device cuda: torch sees no CUDA device")
 

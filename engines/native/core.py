@@ -210,11 +210,13 @@ class EngineCore:
             self.tokens_at_peak = sum(len(s.token_ids) for s in batch)
         return batch
 
-    #: Constrained rows from which a CPU step fills its bitmask beside its forward. Below,
-    #: handing the fill to the thread and the two threads' turns at the GIL cost more than
-    #: the fill (1 row on 2 cores: 0.89 of the free tokens/s overlapped, 0.94 on the
-    #: stepping thread; 16 rows: 0.95 either way; benchmarks/bench_constrained.py).
-    OVERLAP_ROWS = 8
+    #: Constrained rows from which a CPU step fills its bitmask beside its forward, in a
+    #: thread of its own; None (the default): never. Measured on 2 cores (bench_constrained,
+    #: alternated runs): the stepping thread's forward took 0.1-0.2 ms more CPU a 16-row step
+    #: beside the filling thread, about the fill it no longer did, so the ratio to free
+    #: decoding did not rise (16 rows: 0.94-0.97 against 0.95-0.98 filling after the forward;
+    #: 1 row: 0.89 against 0.94). Set it (e.g. 8) to try on a machine with cores to spare.
+    OVERLAP_ROWS: int | None = None
 
     def _run(
         self, batch: list[Sequence], handoff: Callable[[], object] | None
@@ -222,9 +224,9 @@ class EngineCore:
         """The forward pass and the batch's sampling: one token per row, and the rows whose
         constraint failed (row -> message)."""
         # The masks depend only on the tokens taken so far (every matcher was told its last
-        # token in the previous step's `_postprocess`). On the CPU, from OVERLAP_ROWS
-        # constrained rows, they are filled in a thread of their own while this one runs the
-        # forward (llguidance fills without the GIL, the forward's torch ops release it),
+        # token in the previous step's `_postprocess`). On the CPU, with OVERLAP_ROWS set and
+        # that many constrained rows, they are filled in a thread of their own while this one
+        # runs the forward (llguidance fills without the GIL, the forward's torch ops release it),
         # joined before sampling, even if the forward raises, so no fill outlives its step.
         # On an accelerator the forward is only launched here, so the fill after it overlaps
         # the device's forward already.
@@ -263,9 +265,10 @@ class EngineCore:
     def _start_bitmask(
         self, batch: list[Sequence]
     ) -> Future[tuple[torch.Tensor | None, dict[int, str]]] | None:
-        """`_bitmask(batch)` started in the filler thread; None when fewer than OVERLAP_ROWS
-        rows are constrained (`_run` then fills them itself, after the forward)."""
-        if sum(s.request.constraint is not None for s in batch) < self.OVERLAP_ROWS:
+        """`_bitmask(batch)` started in the filler thread; None when OVERLAP_ROWS is None or
+        fewer rows are constrained (`_run` then fills them itself, after the forward)."""
+        least = self.OVERLAP_ROWS
+        if least is None or sum(s.request.constraint is not None for s in batch) < least:
             return None
         if self._filler is None:
             self._filler = ThreadPoolExecutor(1, thread_name_prefix="streamfold-bitmask")
