@@ -74,6 +74,11 @@ def _import() -> Any:
     return llguidance
 
 
+def _key(grammar: str) -> str:
+    """A compiled grammar's key in the cache: the hash of its text."""
+    return hashlib.sha256(grammar.encode()).hexdigest()
+
+
 class Guidance:
     """llguidance's tokenizer for one vocabulary, and the grammars compiled against it."""
 
@@ -110,7 +115,9 @@ class Guidance:
     def cached_matcher(self, grammar: str) -> llguidance.LLMatcher | None:
         """A fresh matcher for `grammar` if it is compiled already (microseconds: cheap enough
         for an event loop), else None."""
-        key = hashlib.sha256(grammar.encode()).hexdigest()
+        return self._copy_of(_key(grammar))
+
+    def _copy_of(self, key: str) -> llguidance.LLMatcher | None:
         with self._lock:
             cached = self._compiled.get(key)
             if cached is None:
@@ -120,10 +127,10 @@ class Guidance:
 
     def matcher(self, grammar: str) -> llguidance.LLMatcher:
         """A fresh matcher for `grammar` (compiled once, then copied)."""
-        found = self.cached_matcher(grammar)
+        key = _key(grammar)
+        found = self._copy_of(key)
         if found is not None:
             return found
-        key = hashlib.sha256(grammar.encode()).hexdigest()
         pristine: llguidance.LLMatcher = self._llg.LLMatcher(self.tokenizer, grammar, log_level=0)
         if pristine.is_error():
             raise ConstraintError(f"the grammar does not compile: {pristine.get_error()}")
@@ -148,11 +155,12 @@ class GuidanceConstraint:
         cls, bitmask: Any, rows: Sequence[tuple[int, GuidanceConstraint]]
     ) -> dict[int, Exception]:
         """Fill the rows of all these constraints (the engine's batch hook) in one call that
-        holds no GIL; returns the rows whose matcher failed. The engine runs this in a thread
-        of its own while its forward runs, where a call per row took and gave back the GIL
-        three times a row, each time waiting for the forward's next torch op to let go of
-        it. One llguidance thread: its pool spread over every core measured slower (5f46ee8)
-        and the filling already runs beside the forward."""
+        holds no GIL; returns the rows whose matcher failed. The native engine calls it on the
+        CPU only (after the forward, or beside it in a thread of its own with
+        `EngineCore.OVERLAP_ROWS`, where a call per row took and gave back the GIL three times
+        a row, each time waiting for the forward's next torch op to let go of it); on CUDA it
+        fills row by row. One llguidance thread: its pool spread over every core measured
+        slower (5f46ee8)."""
         global _executor
         if _executor is None:
             _executor = _import().LLExecutor(1)
