@@ -55,10 +55,10 @@ def apply_token_bitmask_(logits: torch.Tensor, bitmask: torch.Tensor) -> torch.T
     """Set every logit of `logits` [B, vocab] that `bitmask` [B, ceil(vocab / 32)] (int32, on
     the logits' device) disallows to -inf, in place; returns `logits`."""
     rows, vocab = logits.shape
-    if logits.device.type != "cpu":
-        logits.masked_fill_(~_allowed_shifts(bitmask, vocab), float("-inf"))
-    elif (
-        _apply_f32 is not None
+    on_cpu = logits.device.type == "cpu"
+    if (
+        on_cpu
+        and _apply_f32 is not None
         and logits.dtype == torch.float32
         and logits.stride(1) == 1
         and bitmask.dtype == torch.int32
@@ -69,10 +69,10 @@ def apply_token_bitmask_(logits: torch.Tensor, bitmask: torch.Tensor) -> torch.T
         _apply_f32(
             logits.data_ptr(), bitmask.data_ptr(), rows, bitmask.shape[1], vocab, logits.stride(0)
         )
-    elif logits.is_contiguous() and vocab % 32 == 0:
+    elif on_cpu and logits.is_contiguous() and vocab % 32 == 0:
         _mask_cpu(logits, bitmask.numpy())
-    else:
-        logits.masked_fill_(~_allowed_shifts(bitmask, logits.shape[1]), float("-inf"))
+    else:  # an accelerator (no host sync), or a layout the paths above do not take
+        logits.masked_fill_(~_allowed_shifts(bitmask, vocab), float("-inf"))
     return logits
 
 
