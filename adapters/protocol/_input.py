@@ -41,6 +41,16 @@ class TextPart:
     text: str
 
 
+def _joined(value: str | tuple[TextPart, ...]) -> str:
+    """A message's content or a call output's text: the string, or its parts' texts joined."""
+    return value if isinstance(value, str) else "".join(part.text for part in value)
+
+
+def _recipient(namespace: str | None, name: str) -> str:
+    """The harmony recipient a call of `name` in `namespace` (None: `functions`) is sent to."""
+    return f"{namespace or 'functions'}.{name}"
+
+
 @attrs.frozen(kw_only=True)
 class MessageInput:
     type: Literal["message"] = "message"
@@ -49,9 +59,7 @@ class MessageInput:
 
     @property
     def text(self) -> str:
-        if isinstance(self.content, str):
-            return self.content
-        return "".join(part.text for part in self.content)
+        return _joined(self.content)
 
 
 @attrs.frozen(kw_only=True)
@@ -67,7 +75,7 @@ class FunctionCallInput:
     @property
     def recipient(self) -> str:
         """Who the model addressed (`functions.NAME`, or `NAMESPACE.NAME`)."""
-        return f"{self.namespace or 'functions'}.{self.name}"
+        return _recipient(self.namespace, self.name)
 
 
 @attrs.frozen(kw_only=True)
@@ -82,7 +90,7 @@ class CustomToolCallInput:
 
     @property
     def recipient(self) -> str:
-        return f"{self.namespace or 'functions'}.{self.name}"
+        return _recipient(self.namespace, self.name)
 
 
 @attrs.frozen(kw_only=True)
@@ -95,9 +103,7 @@ class FunctionCallOutputInput:
 
     @property
     def text(self) -> str:
-        if isinstance(self.output, str):
-            return self.output
-        return "".join(part.text for part in self.output)
+        return _joined(self.output)
 
 
 @attrs.frozen(kw_only=True)
@@ -110,9 +116,7 @@ class CustomToolCallOutputInput:
 
     @property
     def text(self) -> str:
-        if isinstance(self.output, str):
-            return self.output
-        return "".join(part.text for part in self.output)
+        return _joined(self.output)
 
 
 @attrs.frozen(kw_only=True)
