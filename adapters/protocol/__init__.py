@@ -35,7 +35,7 @@ from ._input import (
     ToolSearchOutputInput,
     input_items,
 )
-from ._kinds import CARRIED_ITEM_TYPES, INPUT_ITEM_PREFIX
+from ._kinds import ANSWERS, CARRIED_ITEM_TYPES, INPUT_ITEM_PREFIX
 from ._parse import parse_create_request, parse_input_items, parse_item
 from ._request import (
     INCLUDABLE,
@@ -66,6 +66,7 @@ from ._tools import (
 
 __all__ = [
     "AGENT_INPUT_TYPES",
+    "ANSWERS",
     "CARRIED_ITEM_TYPES",
     "HOSTED_TOOL_TYPES",
     "INCLUDABLE",

@@ -2,57 +2,78 @@
 (`ServerLimits.max_input_tokens`, the model's context) loses its oldest input items until it
 fits, instead of the 400 that `disabled` (the default) keeps.
 
-Whole items only, never half of one; never the instructions (`instructions` and the input's
-`system`/`developer` messages, which harmony folds into its developer message); a call dropped
-takes its outputs with it (an output without its call cannot be shown). The newest item always
-stays: if the prompt does not fit even then, the 400 stands. How many items go is found by
-bisection, so a long conversation costs a few renders, not one per item.
+Whole items only, never half of one; never the instructions (`instructions`, and the input's
+`system`/`developer` messages and `additional_tools`, which harmony folds into its developer
+message). A call and its answers go together (`ANSWERS`, the protocol layer's table: an output
+without its call cannot be shown), whichever of them is reached first; an answer that names no
+call (a `tool_search_output` without `call_id`) answers the latest call of its kind that names
+none either. The newest item of the conversation always stays, and so does its call: if the
+prompt does not fit even then, the 400 stands. How many items go is found by bisection, so a
+long conversation costs a few renders, not one per item.
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import attrs
 
 from ..formats import ChatFormat
-from ..protocol import (
-    CreateRequest,
-    CustomToolCallInput,
-    CustomToolCallOutputInput,
-    FunctionCallInput,
-    FunctionCallOutputInput,
-    MessageInput,
-    RequestError,
-)
+from ..protocol import ANSWERS, AdditionalToolsInput, CreateRequest, MessageInput, RequestError
 from ._render import Renderer
 
 __all__ = ["render_truncated", "without_oldest"]
 
 _TOO_LONG = "context_length_exceeded"
+#: Each call kind that `ANSWERS` names, and the field its answers name it by.
+_CALL_KEYS = {answers.call: answers.call_key for answers in ANSWERS.values()}
 
 
 def _kept(item: object) -> bool:
-    return isinstance(item, MessageInput) and item.role in ("system", "developer")
+    """Whether `item` is part of the instructions (never dropped)."""
+    return isinstance(item, AdditionalToolsInput) or (
+        isinstance(item, MessageInput) and item.role in ("system", "developer")
+    )
+
+
+def _together(items: Sequence[object]) -> list[frozenset[int]]:
+    """For each item, the items that go with it: itself, and for a call or an answer, the
+    call and all its answers."""
+    groups: dict[object, set[int]] = {}
+    named: list[object] = []
+    keyless: dict[str, int] = {}  # the latest call of each kind that names no key
+    for i, item in enumerate(items):
+        kind = getattr(item, "type", None)
+        group: object = i
+        if kind in _CALL_KEYS:
+            key = getattr(item, _CALL_KEYS[kind])
+            if key is None:
+                keyless[kind] = i
+            else:
+                group = (kind, key)
+        elif kind in ANSWERS:
+            call, _, field = ANSWERS[kind]
+            key = getattr(item, field)
+            group = keyless.get(call, i) if key is None else (call, key)
+        groups.setdefault(group, set()).add(i)
+        named.append(group)
+    return [frozenset(groups[group]) for group in named]
+
+
+def _droppable(items: Sequence[object], together: Sequence[frozenset[int]]) -> list[int]:
+    """The items that may go, oldest first: the conversation but its newest item's group."""
+    conversation = [i for i, item in enumerate(items) if not _kept(item)]
+    newest = together[conversation[-1]] if conversation else frozenset()
+    return [i for i in conversation if i not in newest]
 
 
 def without_oldest(request: CreateRequest, count: int) -> CreateRequest:
-    """`request` without its `count` oldest droppable input items (and their calls' outputs)."""
+    """`request` without its `count` oldest droppable input items, and what goes with them."""
     assert isinstance(request.input, tuple)
-    droppable = [i for i, item in enumerate(request.input) if not _kept(item)]
-    dropped = set(droppable[:count])
-    calls = {
-        item.call_id
-        for i, item in enumerate(request.input)
-        if i in dropped and isinstance(item, FunctionCallInput | CustomToolCallInput)
-    }
-    kept = tuple(
-        item
-        for i, item in enumerate(request.input)
-        if i not in dropped
-        and not (
-            isinstance(item, FunctionCallOutputInput | CustomToolCallOutputInput)
-            and item.call_id in calls
-        )
-    )
+    together = _together(request.input)
+    oldest = _droppable(request.input, together)[:count]
+    dropped = frozenset[int]().union(*(together[i] for i in oldest))
+    kept = tuple(item for i, item in enumerate(request.input) if i not in dropped)
     return attrs.evolve(request, input=kept)
 
 
@@ -69,8 +90,7 @@ async def render_truncated(
             raise
         if not isinstance(request.input, tuple):
             raise
-        droppable = sum(1 for item in request.input if not _kept(item))
-        low, high = 1, droppable - 1  # the newest item stays
+        low, high = 1, len(_droppable(request.input, _together(request.input)))
         best: tuple[CreateRequest, tuple[int, ...]] | None = None
         while low <= high:
             middle = (low + high) // 2
