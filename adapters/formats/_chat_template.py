@@ -13,8 +13,18 @@ A request becomes the template's messages as the OpenAI chat convention has them
 user and assistant messages in order; an earlier `function_call` as an assistant message's
 `tool_calls` entry (its `arguments` parsed to an object where they are JSON, as templates
 expect); a `function_call_output` as a `tool` message. Function tools go to the template's
-`tools` (none under `tool_choice: "none"`). Reasoning items of earlier turns are left out (the
-templates of Qwen3 and DeepSeek-R1 drop earlier turns' reasoning themselves).
+`tools` (none under `tool_choice: "none"`).
+
+Reasoning items go to the template too: a reasoning item's text is the next assistant
+message's `reasoning_content` (and `reasoning`: vLLM's chat endpoint hands templates both), the
+message its answer or its tool calls make. Whether it is shown is the template's decision, as
+when vLLM serves the model: Qwen3's shows it after the last user query, so inside a tool loop
+the model continues after a tool's output with its own reasoning in view (interleaved
+thinking), and drops it before; DeepSeek-R1's never reads it. Consecutive reasoning
+items join, one a line; reasoning that no assistant message follows before the next user
+message, tool output or the end of the input has no message to ride on and is left out. A
+sent-back item with only its `encrypted_content` is opened by the server before this
+(`server/_reasoning_keys.py`), as for harmony; an item still sealed has no text to show.
 
 Stop ids: the tokenizer's end-of-sequence token, and the chat templates' turn end tokens
 (`<|im_end|>`, `<|endoftext|>`, `<|eot_id|>`, `<｜end▁of▁sentence｜>`) the vocabulary has.
@@ -49,6 +59,7 @@ from ..protocol import (
     FunctionCallInput,
     FunctionCallOutputInput,
     MessageInput,
+    ReasoningInput,
     RequestError,
 )
 from ..structured import ThinkTagTokens, budget_shape, shape_for, thinktags_grammar
@@ -76,17 +87,22 @@ def chat_messages(request: CreateRequest) -> list[dict[str, Any]]:
     """`request`'s conversation as chat template messages (see the module docstring)."""
     system = [request.instructions] if request.instructions else []
     messages: list[dict[str, Any]] = []
+    reasoning: list[str] = []  # reasoning items waiting for their assistant message
     items = (
         (MessageInput(role="user", content=request.input),)
         if isinstance(request.input, str)
         else request.input
     )
     for item in items:
+        if isinstance(item, ReasoningInput):
+            if item.text:
+                reasoning.append(item.text)
+            continue
         if isinstance(item, MessageInput):
             if item.role in ("system", "developer"):
                 system.append(item.text)
-            else:
-                messages.append({"role": item.role, "content": item.text})
+                continue
+            messages.append({"role": item.role, "content": item.text})
         elif isinstance(item, FunctionCallInput):
             call = {
                 "type": "function",
@@ -102,10 +118,24 @@ def chat_messages(request: CreateRequest) -> list[dict[str, Any]]:
                 messages.append({"role": "assistant", "content": "", "tool_calls": [call]})
         elif isinstance(item, FunctionCallOutputInput):
             messages.append({"role": "tool", "content": item.text, "tool_call_id": item.call_id})
-        # Reasoning items (and other items) are left out: see the module docstring.
+        else:
+            continue  # other items have no chat message (custom tools are not shown)
+        if messages[-1]["role"] == "assistant":
+            _attach(messages[-1], reasoning)
+        reasoning = []  # a user message or a tool's output ends the turn it thought in
     if system:
         messages.insert(0, {"role": "system", "content": "\n\n".join(system)})
     return messages
+
+
+def _attach(message: dict[str, Any], reasoning: list[str]) -> None:
+    """`reasoning` as `message`'s, after any it carries (a call joining a message that had
+    its own); under both names templates read, as vLLM passes them."""
+    if not reasoning:
+        return
+    earlier = message.get("reasoning_content")
+    text = "\n".join([earlier, *reasoning] if earlier else reasoning)
+    message["reasoning_content"] = message["reasoning"] = text
 
 
 def chat_tools(request: CreateRequest) -> list[dict[str, Any]] | None:

@@ -14,10 +14,12 @@ from typing import Any
 
 import httpx
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from streamfold.adapters import SGLangTokenSource, VLLMTokenSource, engine_args
 from streamfold.adapters.driver import fold
-from streamfold.adapters.formats import ChatTemplateError, ChatTemplateFormat
+from streamfold.adapters.formats import ChatTemplateError, ChatTemplateFormat, chat_messages
 from streamfold.adapters.protocol import parse_create_request
 from streamfold.adapters.registry import ENGINES, Engine, EngineSetupError
 from streamfold.adapters.server import create_app
@@ -26,7 +28,7 @@ from streamfold.statemachine import Response
 from tests.server.serving import serve
 
 from . import fakes_sglang, fakes_vllm
-from .chat_template_model import HF_TOOLS, R1_OPENING, TOOLS, build_model_dir
+from .chat_template_model import HF_TOOLS, QWEN3_TEMPLATE, R1_OPENING, TOOLS, build_model_dir
 
 transformers = pytest.importorskip("transformers")
 
@@ -296,3 +298,176 @@ def test_serve_vllm_with_chat_template_hands_vllm_the_think_tag_constraint(
     assert expected is not None
     assert params.structured_outputs.grammar == expected.grammar
     assert "think[max_tokens=" in expected.grammar
+
+
+# Interleaved thinking (issue 36's leftover): reasoning items reach the template.
+REASONING_1 = "I need the weather tool for Paris."
+REASONING_0 = "A greeting; no tool needed."
+
+
+def reasoning(text: str) -> dict[str, Any]:
+    return {
+        "type": "reasoning",
+        "summary": [],
+        "content": [{"type": "reasoning_text", "text": text}],
+    }
+
+
+CALL = {
+    "type": "function_call",
+    "call_id": "call_1",
+    "name": "get_weather",
+    "arguments": '{"city": "Paris"}',
+}
+CALL_OUTPUT = {"type": "function_call_output", "call_id": "call_1", "output": "sunny, 21 C"}
+
+
+@pytest.fixture(scope="module")
+def qwen3_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return build_model_dir(tmp_path_factory.mktemp("qwen3"), template=QWEN3_TEMPLATE)
+
+
+def qwen3_prompt(qwen3_dir: Path, items: list[dict[str, Any]]) -> str:
+    request = parse_create_request({"model": "qwen3", "tools": TOOLS, "input": items})
+    tokenizer = transformers.AutoTokenizer.from_pretrained(str(qwen3_dir))
+    text: str = tokenizer.decode(list(ChatTemplateFormat(qwen3_dir).render(request)))
+    return text
+
+
+def test_a_tool_loops_second_turn_shows_the_first_turns_reasoning(qwen3_dir: Path) -> None:
+    """Bug: reasoning items were left out of the template's messages, so inside a tool loop
+    Qwen3 (whose template keeps `reasoning_content` after the last user query: interleaved
+    thinking) continued after the tool's output without its own reasoning in view."""
+    user = {"role": "user", "content": "Weather in Paris?"}
+    prompt = qwen3_prompt(qwen3_dir, [user, reasoning(REASONING_1), CALL, CALL_OUTPUT])
+    shown = (
+        f"<|im_start|>assistant\n<think>\n{REASONING_1}\n</think>\n\n<tool_call>\n"
+        '{"name": "get_weather", "arguments": {"city": "Paris"}}\n</tool_call><|im_end|>\n'
+        "<|im_start|>user\n<tool_response>\nsunny, 21 C\n</tool_response><|im_end|>\n"
+        "<|im_start|>assistant\n"
+    )
+    assert prompt.endswith(shown)
+
+
+def test_reasoning_before_the_last_user_message_is_passed_and_the_template_drops_it(
+    qwen3_dir: Path,
+) -> None:
+    """The reasoning goes to the template as the assistant message's `reasoning_content` (and
+    `reasoning`, as vLLM passes both); Qwen3's template drops it before the last user query."""
+    items = [
+        {"role": "user", "content": "Hello"},
+        reasoning(REASONING_0),
+        {"role": "assistant", "content": "Hi! Ask me."},
+        {"role": "user", "content": "Weather in Paris?"},
+    ]
+    request = parse_create_request({"model": "qwen3", "input": items})
+    assistant = chat_messages(request)[1]
+    assert assistant == {
+        "role": "assistant",
+        "content": "Hi! Ask me.",
+        "reasoning_content": REASONING_0,
+        "reasoning": REASONING_0,
+    }
+    prompt = qwen3_prompt(qwen3_dir, items)
+    assert REASONING_0 not in prompt
+    assert "<|im_start|>assistant\nHi! Ask me.<|im_end|>\n" in prompt
+
+
+@pytest.mark.parametrize(
+    ("items", "expected"),
+    [
+        pytest.param(
+            [reasoning("First."), reasoning("Second."), CALL],
+            [{"reasoning_content": "First.\nSecond.", "tool_calls": 1}],
+            id="consecutive reasoning items join, in order",
+        ),
+        pytest.param(
+            [reasoning("Why."), {"role": "assistant", "content": "Checking."}, CALL],
+            [{"reasoning_content": "Why.", "content": "Checking.", "tool_calls": 1}],
+            id="a message and its call are one assistant message with the reasoning",
+        ),
+        pytest.param(
+            [reasoning("Unused.")],
+            [],
+            id="reasoning followed by nothing is left out",
+        ),
+        pytest.param(
+            [reasoning("Lost."), {"role": "user", "content": "Never mind."}],
+            [{"role": "user"}],
+            id="reasoning with no answer before the next user message is left out",
+        ),
+        pytest.param(
+            [CALL, CALL_OUTPUT, reasoning("Again."), {**CALL, "call_id": "call_2"}],
+            [{"tool_calls": 1}, {"role": "tool"}, {"reasoning_content": "Again.", "tool_calls": 1}],
+            id="each step of a tool loop keeps its own reasoning",
+        ),
+        pytest.param(
+            [{"type": "reasoning", "summary": [], "encrypted_content": "sealed"}, CALL],
+            [{"tool_calls": 1}],
+            id="an unopened encrypted_content-only item has no text to show",
+        ),
+    ],
+)
+def test_reasoning_items_attach_to_the_next_assistant_message(
+    items: list[dict[str, Any]], expected: list[dict[str, Any]]
+) -> None:
+    user = {"role": "user", "content": "Weather?"}
+    request = parse_create_request({"model": "m", "tools": TOOLS, "input": [user, *items]})
+    messages = chat_messages(request)[1:]
+    assert len(messages) == len(expected), messages
+    for message, want in zip(messages, expected, strict=True):
+        assert message["role"] == want.get("role", "assistant")
+        assert message.get("reasoning_content") == want.get("reasoning_content")
+        assert message.get("reasoning") == want.get("reasoning_content")
+        if "content" in want:
+            assert message["content"] == want["content"]
+        assert len(message.get("tool_calls", ())) == want.get("tool_calls", 0)
+
+
+ITEM_KINDS = st.lists(st.sampled_from(["user", "reasoning", "assistant", "call", "output"]))
+
+
+def _items(kinds: list[str]) -> list[dict[str, Any]]:
+    items: list[dict[str, Any]] = [{"role": "user", "content": "Start."}]
+    calls: list[str] = []
+    for i, kind in enumerate(kinds):
+        if kind == "user":
+            items.append({"role": "user", "content": f"Question {i}."})
+        elif kind == "reasoning":
+            items.append(reasoning(f"thought {i}"))
+        elif kind == "assistant":
+            items.append({"role": "assistant", "content": f"Answer {i}."})
+        elif kind == "call":
+            items.append({**CALL, "call_id": f"call_{i}"})
+            calls.append(f"call_{i}")
+        elif calls:  # an output answers a call made before it
+            items.append({**CALL_OUTPUT, "call_id": calls.pop()})
+    return items
+
+
+@settings(max_examples=200, deadline=None)
+@given(ITEM_KINDS)
+def test_reasoning_rides_on_the_next_assistant_message_and_changes_nothing_else(
+    kinds: list[str],
+) -> None:
+    """Over any conversation: a reasoning item is shown (once, in order) exactly when an
+    assistant message or call follows it before a user message or tool output, and taking
+    the reasoning keys away leaves the messages of the same input without reasoning items."""
+    items = _items(kinds)
+    messages = chat_messages(parse_create_request({"model": "m", "input": items}))
+    shown = [line for m in messages for line in m.get("reasoning_content", "").split("\n") if line]
+    rides = []
+    for i, item in enumerate(items):
+        if item.get("type") != "reasoning":
+            continue
+        after = next((later for later in items[i + 1 :] if later.get("type") != "reasoning"), {})
+        if after.get("role") == "assistant" or after.get("type") == "function_call":
+            rides.append(item["content"][0]["text"])
+    assert shown == rides
+    assert all(m.get("reasoning") == m.get("reasoning_content") for m in messages)
+    bare = [
+        {k: v for k, v in m.items() if k not in ("reasoning", "reasoning_content")}
+        for m in messages
+    ]
+    without = [item for item in items if item.get("type") != "reasoning"]
+    assert bare == chat_messages(parse_create_request({"model": "m", "input": without}))

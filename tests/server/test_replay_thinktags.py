@@ -302,3 +302,68 @@ def test_turns_are_read_from_the_templates_chatml_roles(tmp_path: Path) -> None:
     parallel = [user, call, {**call, "call_id": "c2"}, output, {**output, "call_id": "c2"}]
     assert turn(parallel) == 1
     assert turn([user, call, output, answer, user]) == 2
+
+
+@pytest.mark.parametrize("continued", ["previous_response_id", "items", "encrypted_content"])
+def test_a_tool_loops_next_turn_shows_qwen3_its_reasoning_over_the_socket(
+    tmp_path: Path, continued: str
+) -> None:
+    """Bug: reasoning items were left out of the chat template's messages, so Qwen3 (whose
+    template shows `reasoning_content` after the last user query) got the tool's output without
+    the reasoning that called the tool. The official client continues the loop by
+    `previous_response_id`, by sending the items back, or statelessly (`store: false`, the
+    reasoning item sent back with its `encrypted_content` only, which the server opens)."""
+    import openai
+
+    from tests.adapters.chat_template_model import QWEN3_TEMPLATE
+
+    model_dir = build_model_dir(tmp_path / "traces" / "qwen3", template=QWEN3_TEMPLATE)
+    write_conversation(model_dir, TURNS[1:])
+    engine, recording = replay_served(tmp_path / "traces")
+    question = {"role": "user", "content": "Weather in Paris?"}
+    stateless = continued == "encrypted_content"
+    with serve(create_app(engine)) as url:
+        client = openai.OpenAI(base_url=f"{url}/v1", api_key="unused", max_retries=0)
+        extra: dict[str, Any] = (
+            {"store": False, "include": ["reasoning.encrypted_content"]} if stateless else {}
+        )
+        first = client.responses.create(model="qwen3", tools=TOOLS, input=[question], **extra)
+        thought, call = first.output
+        assert thought.type == "reasoning" and call.type == "function_call"
+        output = {"type": "function_call_output", "call_id": call.call_id, "output": "21 C"}
+        sent: list[Any] = [question, *(item.model_dump(exclude_none=True) for item in first.output)]
+        if stateless:  # the reasoning item as the API returns it under store: false
+            assert thought.encrypted_content
+            sealed = {"encrypted_content": thought.encrypted_content}
+            sent[1] = {"type": "reasoning", "id": thought.id, "summary": [], **sealed}
+        if continued == "previous_response_id":
+            second = client.responses.create(
+                model="qwen3", tools=TOOLS, previous_response_id=first.id, input=[output]
+            )
+        else:
+            second = client.responses.create(
+                model="qwen3", tools=TOOLS, input=[*sent, output], **extra
+            )
+    assert second.output_text == "Sunny, 21 C."
+    prompt = _tokenizer(model_dir).decode(list(recording.seen[-1].prompt_token_ids))
+    assert (
+        "<|im_start|>assistant\n<think>\nI need the weather tool.\n</think>\n\n<tool_call>"
+        in prompt
+    )
+    messages = [
+        question,
+        {
+            "role": "assistant",
+            "content": "",
+            "reasoning_content": "I need the weather tool.",
+            "tool_calls": [
+                {
+                    "type": "function",
+                    "id": call.call_id,
+                    "function": {"name": "get_weather", "arguments": {"city": "Paris"}},
+                }
+            ],
+        },
+        {"role": "tool", "content": "21 C", "tool_call_id": call.call_id},
+    ]
+    assert list(recording.seen[-1].prompt_token_ids) == hf_prompt(model_dir, messages)
