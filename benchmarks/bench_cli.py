@@ -25,12 +25,19 @@ on install): `PYTHONDONTWRITEBYTECODE` is cleared and the caches kept in a tempo
 from source in every run, while the peers' installed modules keep their caches. Run from the
 repository root:
 
-    python benchmarks/bench_cli.py [--tokens 100000] [--repeat 5]
+    python benchmarks/bench_cli.py [--tokens 100000] [--repeat 5] [--against DIR ...]
+
+`--against DIR` also runs the four `streamfold` commands of another version, installed in DIR
+(`git archive COMMIT | tar -x -C SRC && pip install --no-deps --target DIR SRC`), in the same
+rounds, each over its own replay's output, and prints this checkout's CPU time over DIR's,
+round by round. Every `streamfold` process runs from a scratch directory, so that neither the
+checkout (the current directory is first on `sys.path` under `-m`) nor DIR shadows the other.
 """
 
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import os
 import statistics
@@ -112,10 +119,12 @@ def vocabulary_ms() -> int:
     return 0
 
 
-def run(command: list[str], env: dict[str, str], stdout: int | None = None) -> tuple[float, float]:
+def run(
+    command: list[str], env: dict[str, str], stdout: int | None = None, cwd: Path = ROOT
+) -> tuple[float, float]:
     """Wall and CPU seconds (user + system, from wait4) of one process; fails on a nonzero exit."""
     t0 = time.perf_counter()
-    proc = subprocess.Popen(command, env=env, cwd=ROOT, stdout=stdout or subprocess.DEVNULL)
+    proc = subprocess.Popen(command, env=env, cwd=cwd, stdout=stdout or subprocess.DEVNULL)
     _, status, usage = os.wait4(proc.pid, 0)
     wall = time.perf_counter() - t0
     proc.returncode = os.waitstatus_to_exitcode(status)
@@ -137,6 +146,13 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--tokens", type=int, default=100_000)
     parser.add_argument("--repeat", type=int, default=5)
+    parser.add_argument(
+        "--against",
+        nargs="+",
+        default=[],
+        metavar="DIR",
+        help="also time the streamfold commands of the version installed in DIR (pip --target)",
+    )
     parser.add_argument("--peer", choices=("harmony", "vllm"), help=argparse.SUPPRESS)
     parser.add_argument("--vocabulary", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("trace", nargs="?", help=argparse.SUPPRESS)
@@ -151,7 +167,7 @@ def main() -> int:
     py = sys.executable
     with tempfile.TemporaryDirectory() as tmp_name:
         tmp = Path(tmp_name)
-        trace, events_jsonl, events_sse = tmp / "trace.jsonl", tmp / "ev.jsonl", tmp / "ev.sse"
+        trace = tmp / "trace.jsonl"
         n = write_trace(trace, args.tokens)
         drop = ("TIKTOKEN_ENCODINGS_BASE", "PYTHONDONTWRITEBYTECODE")
         base = {k: v for k, v in os.environ.items() if k not in drop}
@@ -159,10 +175,31 @@ def main() -> int:
         ours = {**base, "STREAMFOLD_CACHE_DIR": str(tmp / "cache")}
         peers = {**base, "TIKTOKEN_ENCODINGS_BASE": str(encodings_dir())}
         replay = [py, "-m", "streamfold", "replay", str(trace)]
-        with events_jsonl.open("wb") as out:  # also the first run: it fills the cache
-            run(replay, ours, out.fileno())
-        with events_sse.open("wb") as out:
-            run([*replay, "--format", "sse"], ours, out.fileno())
+        scratch = tmp / "cwd"  # no `streamfold` directory here: see the module docstring
+        scratch.mkdir()
+        versions: dict[str, dict[str, str]] = {"": ours}  # suffix of the contender's name: env
+        for i, package_dir in enumerate(args.against):
+            versions[f" @{Path(package_dir).name}"] = {
+                **base,
+                "STREAMFOLD_CACHE_DIR": str(tmp / f"cache{i}"),
+                "PYTHONPATH": os.pathsep.join(filter(None, [package_dir, base.get("PYTHONPATH")])),
+            }
+        streamfold: dict[str, Callable[[], tuple[float, float]]] = {}
+        for i, (suffix, env) in enumerate(versions.items()):
+            jsonl, sse = tmp / f"ev{i}.jsonl", tmp / f"ev{i}.sse"
+            with jsonl.open("wb") as out:  # also the first run: it fills the cache
+                run(replay, env, out.fileno(), scratch)
+            with sse.open("wb") as out:
+                run([*replay, "--format", "sse"], env, out.fileno(), scratch)
+            check = [py, "-m", "streamfold", "check"]
+            commands = {
+                "streamfold replay": replay,
+                "streamfold replay --format sse": [*replay, "--format", "sse"],
+                "streamfold check (JSON lines)": [*check, str(jsonl)],
+                "streamfold check (SSE)": [*check, str(sse)],
+            }
+            for name, command in commands.items():
+                streamfold[name + suffix] = functools.partial(run, command, env, None, scratch)
         cold = iter(range(1 << 30))
         warm_ms: list[float] = []
         cold_ms: list[float] = []
@@ -172,14 +209,7 @@ def main() -> int:
             return run_vocabulary(fresh, cold_ms)
 
         contenders: dict[str, Callable[[], tuple[float, float]]] = {
-            "streamfold replay": lambda: run(replay, ours),
-            "streamfold replay --format sse": lambda: run([*replay, "--format", "sse"], ours),
-            "streamfold check (JSON lines)": lambda: run(
-                [py, "-m", "streamfold", "check", str(events_jsonl)], ours
-            ),
-            "streamfold check (SSE)": lambda: run(
-                [py, "-m", "streamfold", "check", str(events_sse)], ours
-            ),
+            **streamfold,
             "peer: openai-harmony parse-only": lambda: run(
                 [py, __file__, "--peer", "harmony", str(trace)], peers
             ),
@@ -233,6 +263,9 @@ def main() -> int:
         ("streamfold check (SSE)", "streamfold replay --format sse"),
     ):
         print(f"- {check} / {of}: {ratio(check, of)} (target ≤ 1)")
+    for suffix in list(versions)[1:]:
+        for name in list(streamfold)[:4]:
+            print(f"- {name}, this checkout / {suffix.strip()}: {ratio(name, name + suffix)}")
     print(
         f"- vocabulary start-up (`load_harmony_vocabulary()`, CPU, after the reducer's imports): "
         f"warm {min(warm_ms):.0f}–{max(warm_ms):.0f} ms (target < 100 ms), cold (empty cache "
