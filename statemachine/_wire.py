@@ -6,23 +6,29 @@ Optional fields (default None) are left out of the JSON, except on `Response`, w
 sends with explicit nulls (`usage: null` until the terminal event), and the required-but-nullable
 fields marked `_model.NULLABLE`. Reading is strict: a field
 of the wrong type is an error that names its path (`$.item.call_id`), never a silent `str()`.
+
+The converter is built on first use (`_converter()`): writing events goes through the generated
+writers (`_writers.py`), which need it only for a value they do not cover, so `streamfold
+replay` never imports cattrs (7 ms of its start-up, issue 28).
 """
 
 from __future__ import annotations
 
+import functools
 import json
 from collections.abc import Callable, Mapping
-from typing import Any, Literal, get_args
+from typing import TYPE_CHECKING, Any, Literal, get_args
 
 import attrs
-import cattrs
-from cattrs.gen import make_dict_structure_fn, make_dict_unstructure_fn, override
 
 from . import _controls as c
 from . import _model as m
 from ._errors import WireFormatError
 from ._events import Event
 from ._writers import Writers
+
+if TYPE_CHECKING:
+    import cattrs
 
 __all__ = [
     "dumps",
@@ -78,6 +84,8 @@ def strict_converter(**options: Any) -> cattrs.Converter:
     an object where an object is due. The wire format below and the server's request parsing
     (`streamfold.adapters.protocol`) are each one of these, with their own hooks added.
     """
+    import cattrs
+
     converter = cattrs.Converter(**options)
     for kind, accepted in ((str, (str,)), (int, (int,)), (float, (int, float)), (bool, (bool,))):
         converter.register_structure_hook(kind, _strict(kind, *accepted))
@@ -86,22 +94,11 @@ def strict_converter(**options: Any) -> cattrs.Converter:
     return converter
 
 
-_converter = strict_converter(unstruct_collection_overrides={tuple: list})
-
-
-def _exactly(tp: Any, hook: Any) -> None:
-    # Generic aliases and unions are not classes, so they are matched by equality.
-    _converter.register_structure_hook_func(lambda t: t == tp, hook)
-
-
 def _empty(value: Any, _: type) -> tuple[()]:
     # `annotations` and MCP error `content` are always empty in what streamfold emits.
     if not isinstance(value, list):
         raise TypeError(f"expected an array, got {json_type(value)}")
     return ()
-
-
-_exactly(tuple[()], _empty)
 
 
 def _omitted(cls: type) -> frozenset[str]:
@@ -113,37 +110,6 @@ def _omitted(cls: type) -> frozenset[str]:
     return frozenset(
         a.name for a in attrs.fields(cls) if a.default is None and not a.metadata.get(m.WIRE_NULL)
     )
-
-
-def _unstructure_fn(cls: type) -> Any:
-    omit = {name: override(omit_if_default=True) for name in _omitted(cls)}
-    # cattrs takes per-field overrides as keywords, which its stubs cannot express.
-    return make_dict_unstructure_fn(
-        cls,
-        _converter,
-        _cattrs_include_init_false=True,
-        **omit,  # type: ignore[arg-type]
-    )
-
-
-def _structure_fn(cls: type) -> Any:
-    return make_dict_structure_fn(cls, _converter, _cattrs_forbid_extra_keys=False)
-
-
-def _tagged_union(union: Any, what: str) -> None:
-    """Structure a union of attrs classes by their wire `type` discriminator."""
-    by_tag = {attrs.fields_dict(cls)["type"].default: cls for cls in get_args(union)}
-
-    def hook(value: Any, _: Any) -> Any:
-        if not isinstance(value, Mapping):
-            raise TypeError(f"expected an object, got {json_type(value)}")
-        tag = value.get("type")
-        cls = by_tag.get(tag)
-        if cls is None:
-            raise ValueError(f"unknown {what} type {tag!r}")
-        return _converter.structure(value, cls)
-
-    _exactly(union, hook)
 
 
 def read_tagged(
@@ -172,26 +138,6 @@ def read_tool_choice(value: Any, structure: Callable[[Any, type], Any]) -> Any:
     return read_tagged(value, c.TOOL_CHOICE_CLASSES, "tool_choice", structure)
 
 
-def _tool_choice(value: Any, _: Any) -> Any:
-    return read_tool_choice(value, _converter.structure)
-
-
-for _union, _what in (
-    (m.OutputItem, "output item"),
-    (m.ContentPart, "content part"),
-    (m.MessageContent, "message content"),
-    (m.WebSearchAction, "web search action"),
-    (m.McpCallError, "MCP call error"),
-    (m.FunctionTool | m.CustomTool, "namespace tool"),
-    (m.CustomToolFormat, "custom tool format"),
-    (Event, "event"),
-):
-    _tagged_union(_union, _what)
-_exactly(c.ToolChoice, _tool_choice)
-_exactly(
-    c.TextFormat,
-    lambda v, _: read_tagged(v, c.TEXT_FORMAT_CLASSES, "text format", _converter.structure),
-)
 _CLIENT_TOOLS = {
     "function": m.FunctionTool,
     "custom": m.CustomTool,
@@ -200,42 +146,97 @@ _CLIENT_TOOLS = {
 }
 
 
-def _response_tool(value: Any, _: Any) -> Any:
-    # The client's tools as values (the grammar routes calls by them); any other tool of the
-    # request (MCP, hosted) as the object it was echoed as.
-    if not isinstance(value, Mapping):
-        raise TypeError(f"expected an object, got {json_type(value)}")
-    cls = _CLIENT_TOOLS.get(str(value.get("type")))
-    return dict(value) if cls is None else _converter.structure(value, cls)
+@functools.cache
+def _converter() -> cattrs.Converter:
+    """The wire format's converter, with every hook, made once on first use."""
+    from cattrs.gen import make_dict_structure_fn, make_dict_unstructure_fn, override
 
+    converter = strict_converter(unstruct_collection_overrides={tuple: list})
 
-_exactly(m.ResponseTool, _response_tool)
+    def exactly(tp: Any, hook: Any) -> None:
+        # Generic aliases and unions are not classes, so they are matched by equality.
+        converter.register_structure_hook_func(lambda t: t == tp, hook)
 
+    def unstructure_fn(cls: type) -> Any:
+        omit = {name: override(omit_if_default=True) for name in _omitted(cls)}
+        # cattrs takes per-field overrides as keywords, which its stubs cannot express.
+        return make_dict_unstructure_fn(
+            cls,
+            converter,
+            _cattrs_include_init_false=True,
+            **omit,  # type: ignore[arg-type]
+        )
 
-def _tool_error(value: Any, _: Any) -> Any:
-    # A tool's error (the agent loop's `ToolResultStep`): its text, or an MCP error object.
-    if value is None or isinstance(value, str):
-        return value
-    return _converter.structure(value, m.McpCallError)  # type: ignore[arg-type]  # a union
+    def structure_fn(cls: type) -> Any:
+        return make_dict_structure_fn(cls, converter, _cattrs_forbid_extra_keys=False)
 
+    def tagged_union(union: Any, what: str) -> None:
+        """Structure a union of attrs classes by their wire `type` discriminator."""
+        by_tag = {attrs.fields_dict(cls)["type"].default: cls for cls in get_args(union)}
 
-_exactly(str | m.McpCallError | None, _tool_error)
-# Factories, not eager registration: a class's function is generated on first use, after
-# every hook it depends on exists, whatever order the classes are declared in.
-_converter.register_unstructure_hook_factory(attrs.has, _unstructure_fn)
-_converter.register_structure_hook_factory(attrs.has, _structure_fn)
+        def hook(value: Any, _: Any) -> Any:
+            if not isinstance(value, Mapping):
+                raise TypeError(f"expected an object, got {json_type(value)}")
+            tag = value.get("type")
+            cls = by_tag.get(tag)
+            if cls is None:
+                raise ValueError(f"unknown {what} type {tag!r}")
+            return converter.structure(value, cls)
+
+        exactly(union, hook)
+
+    def response_tool(value: Any, _: Any) -> Any:
+        # The client's tools as values (the grammar routes calls by them); any other tool of
+        # the request (MCP, hosted) as the object it was echoed as.
+        if not isinstance(value, Mapping):
+            raise TypeError(f"expected an object, got {json_type(value)}")
+        cls = _CLIENT_TOOLS.get(str(value.get("type")))
+        return dict(value) if cls is None else converter.structure(value, cls)
+
+    def tool_error(value: Any, _: Any) -> Any:
+        # A tool's error (the agent loop's `ToolResultStep`): its text, or an MCP error object.
+        if value is None or isinstance(value, str):
+            return value
+        return converter.structure(value, m.McpCallError)  # type: ignore[arg-type]  # a union
+
+    exactly(tuple[()], _empty)
+    for union, what in (
+        (m.OutputItem, "output item"),
+        (m.ContentPart, "content part"),
+        (m.MessageContent, "message content"),
+        (m.WebSearchAction, "web search action"),
+        (m.McpCallError, "MCP call error"),
+        (m.FunctionTool | m.CustomTool, "namespace tool"),
+        (m.CustomToolFormat, "custom tool format"),
+        (Event, "event"),
+    ):
+        tagged_union(union, what)
+    exactly(c.ToolChoice, lambda v, _: read_tool_choice(v, converter.structure))
+    exactly(
+        c.TextFormat,
+        lambda v, _: read_tagged(v, c.TEXT_FORMAT_CLASSES, "text format", converter.structure),
+    )
+    exactly(m.ResponseTool, response_tool)
+    exactly(str | m.McpCallError | None, tool_error)
+    # Factories, not eager registration: a class's function is generated on first use, after
+    # every hook it depends on exists, whatever order the classes are declared in.
+    converter.register_unstructure_hook_factory(attrs.has, unstructure_fn)
+    converter.register_structure_hook_factory(attrs.has, structure_fn)
+    return converter
 
 
 def to_wire(value: Any) -> dict[str, Any]:
     """An event or model value as the wire JSON object (a plain dict)."""
-    return _converter.unstructure(value)  # type: ignore[no-any-return]
+    return _converter().unstructure(value)  # type: ignore[no-any-return]
 
 
 def structure(data: Any, cls: Any, what: str | None = None) -> Any:
     """Read wire JSON as `cls`; raises `WireFormatError` naming each bad field's path."""
+    import cattrs
+
     what = what or getattr(cls, "__name__", "value")
     try:
-        return _converter.structure(data, cls)
+        return _converter().structure(data, cls)
     except cattrs.BaseValidationError as exc:
         raise WireFormatError(f"invalid {what}: " + "; ".join(cattrs.transform_error(exc))) from exc
     except (TypeError, ValueError) as exc:
@@ -278,7 +279,7 @@ PLAIN_EVENTS = [cls for cls in Event.__args__ if plain_plan(cls) is not None]
 
 # Every attrs value gets writers generated on first use (`_writers.py`): its JSON text, and
 # for an event its SSE frame, the same bytes as the generic path below, 3-7x faster.
-_WRITERS = Writers(_omitted, _converter.get_unstructure_hook)
+_WRITERS = Writers(_omitted, lambda tp: _converter().get_unstructure_hook(tp))
 _TEXT, _text_of = _WRITERS.text, _WRITERS.text_of
 _FRAMES, _frame_of = _WRITERS.frames, _WRITERS.frame_of
 

@@ -99,6 +99,15 @@ def test_replay_with_a_built_vocabulary_cache_imports_no_first_run_module() -> N
     assert not {"base64", "gzip", "tempfile", "random"} & modules
 
 
+def test_replay_of_a_plain_trace_imports_no_cattrs() -> None:
+    """The generated writers write every event of a replay; the wire converter (cattrs) reads
+    loop steps and writes only what the writers do not cover, and importing it and building
+    its hooks at `_wire`'s import was about 7 ms of every replay's start (issue 28)."""
+    modules = _modules_after("replay", str(TRACES / "weather_call.jsonl"), "--format", "sse")
+    assert "streamfold.statemachine._wire" in modules  # the probe saw the events written
+    assert "cattrs" not in modules
+
+
 def test_check_imports_no_engine_adapter_or_server(tmp_path: Path) -> None:
     modules = _modules_after("check", str(TRACES / "weather_call.golden.jsonl"))
     assert "streamfold.specs._checker" in modules

@@ -364,7 +364,7 @@ def test_a_union_members_writer_is_made_when_a_value_of_it_is_first_written() ->
     `streamfold replay`, most for classes it never writes (issue 28). Each union member's
     writer, and each field's, is now made at the first value that needs it (a replay of a
     two-token trace makes 9, in 4.1 ms)."""
-    writers = Writers(_wire._omitted, _wire._converter.get_unstructure_hook)
+    writers = Writers(_wire._omitted, _wire._converter().get_unstructure_hook)
     response = new_response("resp_lazy")
     write = writers.text_of(type(response))
     assert write is not None and write(response) == generic(response)
