@@ -236,11 +236,14 @@ def main() -> int:
         f"trace: {n} tokens, one per line; {args.repeat} interleaved rounds, one process per "
         f"run; {os.cpu_count()} CPUs, load average {load:.1f} (shared machine: compare ratios)\n"
     )
-    print("| process | CPU s (best, range) | wall s (range) |")
-    print("|---|---|---|")
+    print("| process | CPU s (best, range) | CPU s median | wall s (range) |")
+    print("|---|---|---|---|")
     for name in contenders:
         c, w = cpus[name], walls[name]
-        print(f"| {name} | {min(c):.3f} ({min(c):.3f}–{max(c):.3f}) | {min(w):.2f}–{max(w):.2f} |")
+        print(
+            f"| {name} | {min(c):.3f} ({min(c):.3f}–{max(c):.3f}) | {statistics.median(c):.3f} "
+            f"| {min(w):.2f}–{max(w):.2f} |"
+        )
 
     def ratio(a: str, b: str) -> str:
         per_round = [x / y for x, y in zip(cpus[a], cpus[b], strict=True)]

@@ -4,7 +4,6 @@ only wires them, and imports heavy parts (torch, the server) only for the comman
 from __future__ import annotations
 
 import argparse
-import logging
 import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -142,6 +141,9 @@ def _show_progress() -> None:
     """On a terminal, say what takes a moment (the first vocabulary unpack, ...)."""
     if not sys.stderr.isatty():
         return
+    # Here, not at the top: `streamfold check` imports no logging otherwise (5 ms of its start).
+    import logging
+
     handler = logging.StreamHandler()
     handler.setFormatter(logging.Formatter("streamfold: %(message)s"))
     progress = logging.getLogger("streamfold.progress")

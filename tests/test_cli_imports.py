@@ -120,6 +120,15 @@ def test_check_imports_no_engine_adapter_or_server(tmp_path: Path) -> None:
     )
 
 
+def test_check_imports_no_logging_when_stderr_is_not_a_terminal() -> None:
+    """The command line set up its progress logger (on a terminal only) from a `logging`
+    imported at the top of `cli.py`: 2.6 ms of every `streamfold check`, which logs nothing
+    (issue 28: check's whole-process CPU against 64b68ea's)."""
+    modules = _modules_after("check", str(TRACES / "weather_call.golden.jsonl"))
+    assert "streamfold.specs._checker" in modules  # the probe saw a real check
+    assert "logging" not in modules
+
+
 def _subparser(parser: argparse.ArgumentParser, name: str) -> argparse.ArgumentParser:
     action = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
     return action.choices[name]  # type: ignore[no-any-return]
