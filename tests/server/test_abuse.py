@@ -129,6 +129,37 @@ def test_an_expensive_prompt_does_not_stall_other_requests(url: str, text: Any) 
     assert max(times) < 1.0, times
 
 
+def test_a_small_follow_up_to_a_long_stored_input_renders_in_a_worker(
+    trace_dir: Path, tmp_path: Path
+) -> None:
+    """Issue 29, finding 6: a 150-byte `previous_response_id` follow-up to a stored input of
+    80,000 "é" stalled the event loop 6.7 s each time. Where a prompt renders is decided by
+    the size of the whole conversation it renders, not of the body that names it: the
+    follow-up goes to a worker and is held to the render time limit (here 0.3 s, which the
+    long word's render outlives; rendered on the loop, it answered 200 after the stall).
+    The long input is stored by a server with a generous limit, the follow-up sent to a
+    second one on the same store."""
+    path = tmp_path / "responses.sqlite3"
+    word = {"model": "greeting", "input": "é" * 40_000}
+    for render_timeout_s in (300.0, 0.3):
+        store = SQLiteEventStore(path)
+        limits = ServerLimits(render_timeout_s=render_timeout_s)
+        app = create_app(make_engine(trace_dir).engine(), store=store, limits=limits)
+        try:
+            with serve(app) as base:
+                if render_timeout_s > 1:
+                    stored = post(base, word)
+                    assert stored.status_code == 200, stored.text
+                    follow_up = {"model": "greeting", "input": "again"}
+                    follow_up["previous_response_id"] = stored.json()["id"]
+                    assert len(json.dumps(follow_up)) < LIMITS.inline_render_bytes
+                else:
+                    error = assert_error(post(base, follow_up), 400, "input")
+                    assert "longer than 0.3 s" in error["message"], error
+        finally:
+            store.close()
+
+
 def test_text_beyond_the_character_limit_is_refused_before_rendering(url: str) -> None:
     start = time.monotonic()
     reply = post(url, {"model": "greeting", "input": "x" * (LIMITS.max_input_chars + 1)})

@@ -353,6 +353,36 @@ def test_errors_are_openai_error_objects_naming_the_param(served: Served) -> Non
     assert again.json()["error"]["code"] == "item_already_in_conversation"
 
 
+def test_include_decides_whether_output_text_logprobs_are_listed(served: Served) -> None:
+    """smg ignored `include`: items came back the same whatever it asked. Here the logprobs of
+    a stored output text are listed, and retrieved, only with
+    `include=["message.output_text.logprobs"]`; without it the text comes without them."""
+    logprob = {"token": "Hi", "logprob": -0.25, "bytes": [72, 105], "top_logprobs": []}
+    dumped = {
+        "id": "msg_with_logprobs",
+        "type": "message",
+        "role": "assistant",
+        "status": "completed",
+        "content": [
+            {"type": "output_text", "text": "Hi", "annotations": [], "logprobs": [logprob]}
+        ],
+    }
+    conversation = served.client.conversations.create(items=[dumped])
+    items = f"/conversations/{conversation.id}/items"
+    include = {"include": ["message.output_text.logprobs"]}
+    for path in (items, f"{items}/msg_with_logprobs"):
+        plain, asked = (served.raw("GET", path, params=p).json() for p in ({}, include))
+        plain_part = (plain["data"][0] if "data" in plain else plain)["content"][0]
+        asked_part = (asked["data"][0] if "data" in asked else asked)["content"][0]
+        assert plain_part["text"] == asked_part["text"] == "Hi"
+        assert "logprobs" not in plain_part or not plain_part["logprobs"], plain_part
+        assert asked_part["logprobs"] == [logprob], asked_part
+    typed = served.client.conversations.items.list(
+        conversation.id, include=["message.output_text.logprobs"]
+    )
+    assert typed.data[0].content[0].logprobs[0].logprob == -0.25  # type: ignore[union-attr]
+
+
 def test_an_unusual_item_is_stored_and_listed_without_a_500(served: Served) -> None:
     """stdapi #260: an `additional_tools` item was stored, then every later list of the
     conversation was a 500 for its whole life. Items of every ConversationItem kind the server

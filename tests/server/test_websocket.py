@@ -124,6 +124,30 @@ def test_a_bad_message_gets_an_error_and_the_connection_lives(url: str) -> None:
         assert _until_end(connection)[-1].type == "response.completed"
 
 
+def test_a_create_is_checked_as_a_post_body_is(url: str) -> None:
+    """Audit of issue 32: nothing pinned that a socket's create is held to the POST checks.
+    `background: true` is refused (the API serves no background responses over a socket), a
+    limit refuses as it does over HTTP, each an `error` naming `param`, and the connection
+    lives. Without the refusal, a background create ran over the socket."""
+    with _client(url).responses.connect() as connection:
+        send = connection._connection.send  # type: ignore[attr-defined]
+        create = {"type": "response.create", "model": "greeting", "input": "hi"}
+        send(json.dumps({**create, "background": True}))
+        background = connection.recv()
+        send(json.dumps({**create, "max_output_tokens": 10**9}))
+        too_many = connection.recv()
+        send(json.dumps({**create, "metadata": {f"k{i}": "v" for i in range(17)}}))
+        metadata = connection.recv()
+        connection.response.create(model="greeting", input="hi")
+        assert _until_end(connection)[-1].type == "response.completed"
+    for error, param in ((background, "background"), (too_many, "max_output_tokens")):
+        assert error.type == "error", error
+        assert error.status == 400 and error.error.param == param, error
+        assert error.error.type == "invalid_request_error"
+    assert metadata.type == "error" and metadata.status == 400
+    assert metadata.error.param == "metadata", metadata
+
+
 def test_an_unknown_previous_response_is_previous_response_not_found(url: str) -> None:
     with _client(url).responses.connect() as connection:
         connection.response.create(
@@ -168,6 +192,27 @@ def test_lanes_echo_their_stream_id(url: str) -> None:
                 ended[event["stream_id"]] = event["sequence_number"]
     for lane, numbers in seen.items():
         assert numbers == list(range(ended[lane] + 1))  # each lane's events in order
+
+
+def test_a_lane_answers_its_creates_one_after_another_in_order(url: str) -> None:
+    """Audit of issue 32: creates on one lane are first-in-first-out (the next one starts
+    after the previous one's terminal event), and another lane runs beside them; nothing
+    pinned the order within a lane."""
+    ws_url = url.replace("http://", "ws://") + "/v1/responses"
+    with connect(ws_url) as socket:
+        for lane, model in (("a", "long"), ("a", "greeting"), ("b", "greeting")):
+            create = {"type": "response.create", "model": model, "input": "hi"}
+            socket.send(json.dumps({**create, "stream_id": lane}))
+        events: list[dict[str, Any]] = []
+        while sum(e["type"] == "response.completed" for e in events) < 3:
+            events.append(json.loads(socket.recv(timeout=10)))
+    lane_a = [e for e in events if e["stream_id"] == "a"]
+    starts = [i for i, e in enumerate(lane_a) if e["type"] == "response.created"]
+    ends = [i for i, e in enumerate(lane_a) if e["type"] == "response.completed"]
+    assert len(starts) == len(ends) == 2
+    assert starts[0] == 0 and ends[0] < starts[1]  # the second began after the first ended
+    assert [lane_a[i]["response"]["model"] for i in starts] == ["long", "greeting"]
+    assert sum(e["type"] == "response.completed" for e in events if e["stream_id"] == "b") == 1
 
 
 def test_a_closed_socket_cancels_its_running_response(tmp_path: Path) -> None:
