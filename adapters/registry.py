@@ -112,6 +112,38 @@ class Engine:
         """The chat format `model` is prompted in: `format_for(model)`, else `format`."""
         return self.format if self.format_for is None else self.format_for(model)
 
+    def reading(self, model: str) -> tuple[Grammar, ChatFormat]:
+        """The grammar `model`'s output is read with and the chat format it is prompted in
+        (both raise `UnknownModelError` for a model the engine does not serve).
+
+        An engine that names one format for every model (no `format_for`) and reads a model
+        with a grammar of another family (`Engine(source=..., grammar=...)` with a think-tag
+        grammar, the format left at harmony) prompts that model in the wrong family: the
+        model gets harmony's prompt and stop ids. That is logged once per engine and family,
+        saying how to name the model's format. Replay (`format_for`) picks each model's
+        format itself, and a replayed single trace does not read its prompt."""
+        grammar = self.grammar(model)
+        chat_format = self.chat_format(model)
+        family = getattr(grammar, "name", None)
+        if self.format_for is None and family != chat_format.name:
+            key = (id(self), family)
+            if key not in _mismatched:
+                _mismatched.add(key)
+                logger.warning(
+                    "the engine reads model %r with the %r grammar but prompts it in its chat "
+                    "format %r (Engine.format): the model gets that family's prompt and stop "
+                    "ids. Name the model's format: Engine(source=..., format=ChatTemplateFormat"
+                    "(model_dir)) for a think-tag model (streamfold.adapters.formats)",
+                    model,
+                    family,
+                    chat_format.name,
+                )
+        return grammar, chat_format
+
+
+#: (id of an engine, grammar family) pairs whose mismatch with the engine's format was logged.
+_mismatched: set[tuple[int, object]] = set()
+
 
 class NotAnEngineError(StreamfoldError, TypeError):
     """Something other than an `Engine` was given where the server wants one (a bare token

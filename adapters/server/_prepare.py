@@ -146,8 +146,7 @@ async def prepare(
     agent = prepare_agent(request, agent_config, len(own))
     check_bodies(request)
     try:
-        grammar = engine.grammar(request.model)
-        chat_format = engine.chat_format(request.model)
+        grammar, chat_format = engine.reading(request.model)
     except UnknownModelError as exc:
         raise RequestError(str(exc), param="model", status=404, code="model_not_found") from exc
     # A request that follows another renders the whole conversation: size it as such.

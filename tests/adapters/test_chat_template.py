@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import importlib.util
+import logging
 import pickle
 from pathlib import Path
 from typing import Any
@@ -172,6 +173,9 @@ def test_serve_vllm_with_chat_template_prompts_in_the_models_own_template(
     body, messages, tools = CONVERSATIONS["tools, a call, its output and earlier turns"]
     with serve(create_app(engine)) as url:
         reply = httpx.post(f"{url}/v1/responses", json={"model": "qwenish", **body}, timeout=30)
+        listed = httpx.get(f"{url}/v1/models", timeout=30).json()
+    # Issue 31: `GET /v1/models` lists vLLM's `--model` (no test ran it for vLLM or SGLang).
+    assert [m["id"] for m in listed["data"]] == [str(model_dir)]
     answer = reply.json()
     assert reply.status_code == 200, answer
     [prompt] = standin_vllm.prompts.values()
@@ -210,6 +214,9 @@ def test_serve_sglang_with_chat_template_prompts_in_the_models_own_template(
     body, messages, tools = CONVERSATIONS["instructions"]
     with serve(create_app(served)) as url:
         reply = httpx.post(f"{url}/v1/responses", json={"model": "qwenish", **body}, timeout=30)
+        model = httpx.get(f"{url}/v1/models/{model_dir}", timeout=30).json()
+    assert model == {"id": str(model_dir), "object": "model", "created": model["created"],
+                     "owned_by": "streamfold"}  # fmt: skip
     assert reply.status_code == 200, reply.text
     [call] = engine.calls.values()
     assert list(call["input_ids"]) == hf_prompt(model_dir, messages, tools)
@@ -242,6 +249,32 @@ def test_create_app_with_a_think_tag_engine_sends_its_source_the_template_prompt
     output = reply.json()["output"]
     assert [item["type"] for item in output] == ["reasoning", "message"]
     assert output[1]["content"][0]["text"] == "The answer is 42."
+
+
+def test_a_think_tag_grammar_with_the_default_format_is_not_silent(
+    model_dir: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Bug (issue 36, item 3): `Engine(source=..., grammar=<a think-tag grammar>)`, the format
+    left at its default, sent the source a harmony prompt and harmony's stop ids, and nothing
+    said so. The server still answers (the engine named its format), but logs once, on
+    `streamfold.server`, which format it prompts in and how to name the model's own."""
+    grammar = ChatTemplateFormat(model_dir).grammar()
+    reply_ids = tuple(answer_ids(model_dir, "<think>\nOk.\n</think>\n\n42.<|im_end|>"))
+
+    class Source:
+        async def generate(self, request: GenerationRequest) -> Any:
+            yield TokenChunk(token_ids=reply_ids, finish_reason="stop")
+
+    caplog.set_level(logging.WARNING, logger="streamfold.server")
+    engine = Engine(source=Source(), grammar=lambda model: grammar)
+    with serve(create_app(engine)) as url:
+        for _ in range(2):
+            body = {"model": "qwenish", "input": "What is 42?"}
+            reply = httpx.post(f"{url}/v1/responses", json=body, timeout=30)
+            assert reply.status_code == 200, reply.text
+    said = [r.getMessage() for r in caplog.records if "ChatTemplateFormat" in r.getMessage()]
+    assert len(said) == 1, [r.getMessage() for r in caplog.records]
+    assert "'thinktags'" in said[0] and "'harmony'" in said[0] and "'qwenish'" in said[0]
 
 
 def test_a_large_prompt_renders_in_a_worker_process_alike(model_dir: Path) -> None:
