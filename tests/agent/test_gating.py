@@ -7,6 +7,7 @@ sends `web_search`)."""
 from __future__ import annotations
 
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import openai
@@ -15,10 +16,12 @@ from openai import OpenAI
 
 from streamfold.adapters.agent._config import AgentConfig
 from streamfold.adapters.server import MemoryEventStore, create_app
+from tests.clients.conftest import CHAT_ANSWER, serving, write_client_traces
 from tests.server.serving import serve
 
 from .scripted import ScriptedAgentSource
 
+CODEX_SHELL = {"type": "function", "name": "exec_command", "parameters": {"type": "object"}}
 MCP = {"type": "mcp", "server_label": "demo", "server_url": "http://127.0.0.1:9/mcp"}
 
 
@@ -100,3 +103,30 @@ def test_unserved_hosted_tools_are_left_out_by_default(tool: dict[str, Any]) -> 
     (prompt,) = source.prompts("m")
     assert "exec_command" in prompt
     assert "## browser" not in prompt and "## python" not in prompt
+
+
+def test_serve_leaves_unserved_tools_out_saying_so_once_or_refuses_them(tmp_path: Path) -> None:
+    """Issue 31 asks for both halves through the command users run: by default `streamfold
+    serve` leaves Codex's `web_search` out and says so in its log (once per kind, however many
+    requests send it); `--refuse-unserved-tools` makes the same request a 400 naming the
+    tool. Neither the log line nor the flag was run by any test."""
+    traces = write_client_traces(tmp_path / "traces")
+    tools = [{"type": "web_search", "external_web_access": False}, CODEX_SHELL]
+    log = tmp_path / "default.txt"
+    with serving(traces, log) as url:
+        client = OpenAI(base_url=url, api_key="x", max_retries=0, timeout=30)
+        for _ in range(2):
+            response = client.responses.create(model="chat", input="hi", tools=tools)  # type: ignore[arg-type]
+            assert response.output_text == CHAT_ANSWER
+    said = [line for line in log.read_text().splitlines() if "left out of the prompt" in line]
+    assert len(said) == 1, log.read_text()
+    assert "web_search" in said[0] and "no browser backend" in said[0]
+
+    log = tmp_path / "refusing.txt"
+    with serving(traces, log, flags=("--refuse-unserved-tools",)) as url:
+        client = OpenAI(base_url=url, api_key="x", max_retries=0, timeout=30)
+        with pytest.raises(openai.BadRequestError) as caught:
+            client.responses.create(model="chat", input="hi", tools=tools)  # type: ignore[arg-type]
+    body: Any = caught.value.body
+    assert body["param"] == "tools[0].type" and "no browser backend" in body["message"]
+    assert "left out of the prompt" not in log.read_text()

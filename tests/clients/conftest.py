@@ -168,9 +168,11 @@ def missing(what: str, how: str) -> None:
 
 
 @contextlib.contextmanager
-def serving(traces: Path, log: Path, log_level: str = "warning") -> Iterator[str]:
-    """A `streamfold serve` subprocess on `traces` (its stderr in `log`) until the block ends;
-    yields its base URL (`http://127.0.0.1:PORT/v1`)."""
+def serving(
+    traces: Path, log: Path, log_level: str = "warning", flags: tuple[str, ...] = ()
+) -> Iterator[str]:
+    """A `streamfold serve [FLAGS]` subprocess on `traces` (its stderr in `log`) until the
+    block ends; yields its base URL (`http://127.0.0.1:PORT/v1`)."""
     port = free_port()
     command = [
         sys.executable,
@@ -185,6 +187,7 @@ def serving(traces: Path, log: Path, log_level: str = "warning") -> Iterator[str
         ":memory:",
         "--log-level",
         log_level,
+        *flags,
     ]
     with log.open("wb") as stderr:
         server = subprocess.Popen(command, stderr=stderr)

@@ -61,6 +61,8 @@ def test_serve_native_streams_to_the_openai_client_and_matches_record(
             model="tiny", input="Say hi", stream=True, temperature=0, max_output_tokens=12
         )
         events = [e.to_dict() for e in stream]
+        # Issue 31: `GET /v1/models` lists the native engine's checkpoint (its `--model`).
+        assert [m.id for m in client.models.list()] == [str(model_dir)]
     violations = check(events)
     assert not violations, format_report(violations)
     terminal = events[-1]["response"]
