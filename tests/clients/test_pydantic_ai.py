@@ -1,7 +1,7 @@
 """pydantic-ai (`OpenAIResponsesModel`) against `streamfold serve`, as applications use it
 (issue 31): a plain answer, a tool loop, each output mode (`ToolOutput`, `NativeOutput`,
-`PromptedOutput`) and every reasoning effort its settings take (`none`, `xhigh` and `max` were
-400s, the one thing that broke it)."""
+`PromptedOutput`, `TextOutput`, and a bare output type), a streamed run, and every reasoning
+effort its settings take (`none`, `xhigh` and `max` were 400s, the one thing that broke it)."""
 
 from __future__ import annotations
 
@@ -67,21 +67,43 @@ def test_tool_loop(streamfold_url: str) -> None:
     assert cities == ["Paris"]
 
 
+def _city(text: str) -> City:
+    return City.model_validate_json(text)
+
+
 @pytest.mark.parametrize(
     ("mode", "model"),
     [
         ("ToolOutput", "output_tool"),
         ("NativeOutput", "output_text"),
         ("PromptedOutput", "output_text"),
+        ("TextOutput", "output_text"),  # the answer's text, through an output function
+        (None, "output_tool"),  # a bare `output_type=City`: the default mode
     ],
 )
-def test_output_modes(streamfold_url: str, mode: str, model: str) -> None:
+def test_output_modes(streamfold_url: str, mode: str | None, model: str) -> None:
     import pydantic_ai
     from pydantic_ai import Agent
 
-    output = getattr(pydantic_ai, mode)(City)
+    output: Any = City if mode is None else getattr(pydantic_ai, mode)(City)
+    if mode == "TextOutput":
+        output = pydantic_ai.TextOutput(_city)
     result = Agent(_model(streamfold_url, model), output_type=output).run_sync("Paris?")
     assert result.output == City(city="Paris", temperature_c=22)
+
+
+def test_streamed_answer_and_output(streamfold_url: str) -> None:
+    """`run_stream` (what a chat UI built on pydantic-ai calls) streams the answer's text, and
+    an output tool's arguments as they come."""
+    from pydantic_ai import Agent
+
+    with Agent(_model(streamfold_url, "chat")).run_stream_sync("hello") as result:
+        chunks = list(result.stream_text(delta=True))
+    assert "".join(chunks) == CHAT_ANSWER
+    agent = Agent(_model(streamfold_url, "output_tool"), output_type=City)
+    with agent.run_stream_sync("Paris?") as streamed:
+        outputs = list(streamed.stream_output())
+    assert outputs[-1] == City(city="Paris", temperature_c=22)
 
 
 @pytest.mark.parametrize("effort", _efforts())
