@@ -71,6 +71,30 @@ def test_ci_builds_the_extension() -> None:
     assert _accel.last_of_kinds.func is _speedups.last_of_kinds  # type: ignore[attr-defined]
 
 
+@compiled
+@pytest.mark.parametrize(
+    ("name", "reference"), [("step", _reducer.step), ("sse_event", _wire.sse_event)]
+)
+def test_help_on_the_compiled_functions_shows_the_references_signature_and_first_line(
+    name: str, reference: Callable[..., Any]
+) -> None:
+    """Issue 36, item 4: `help(streamfold.statemachine.step)` (the compiled one, which the
+    package exports) said only "`streamfold.statemachine.step` with its text-token hot path
+    compiled", a sentence that names itself; a user reading `help()` learnt nothing. It shows
+    the Python reference's parameters and its docstring's first line, then says what is
+    compiled."""
+    import inspect
+    import pydoc
+
+    function = getattr(_speedups, name)
+    want = [p.name for p in inspect.signature(reference).parameters.values()]
+    assert [p.name for p in inspect.signature(function).parameters.values()] == want
+    first = (reference.__doc__ or "").strip().splitlines()[0]
+    shown = pydoc.render_doc(function, renderer=pydoc.plaintext)
+    assert first in shown, shown
+    assert f"`streamfold.statemachine.{name}`" not in shown, shown
+
+
 def fold(
     step: Step, tokens: Sequence[int], logprobs: Sequence[float | None] | None = None
 ) -> list[tuple[Any, list[Any]]]:
