@@ -11,6 +11,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import openai
@@ -21,6 +22,7 @@ from openai import OpenAI
 
 from streamfold.adapters.agent._config import AgentConfig
 from streamfold.adapters.server import MemoryEventStore, ReasoningKeys, create_app
+from tests.clients.conftest import CODEX_FINAL, CODEX_THOUGHT, serving, write_client_traces
 from tests.server.serving import serve
 
 from .scripted import ScriptedAgentSource
@@ -169,3 +171,53 @@ def test_keys_from_the_environment_and_a_file(tmp_path: Any) -> None:
     assert ReasoningKeys.from_file(path).open(env.seal("x")) is None
     assert env.open(ReasoningKeys.from_file(path).seal("x")) == "x"
     assert ReasoningKeys.from_environment({}).ephemeral
+
+
+def test_serve_seals_with_its_key_file_and_a_restart_with_the_same_key_opens_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue 31: 'a key from the environment or a file, rotated keys still decryptable', through
+    the command users run (no test ran `--reasoning-key-file` or `STREAMFOLD_REASONING_KEY` on
+    `streamfold serve`). A blob sealed by a server started with a key file opens in a restarted
+    server whose environment holds that secret second (rotated), where the replayed turn checks
+    that its prompt holds the reasoning; a server with neither (a random key) refuses it."""
+    traces = write_client_traces(tmp_path / "traces")
+    keys = tmp_path / "keys"
+    keys.write_text("old-secret\n", encoding="utf-8")
+    shell = {"type": "function", "name": "exec_command", "parameters": {"type": "object"}}
+    with serving(traces, tmp_path / "a.txt", flags=("--reasoning-key-file", str(keys))) as url:
+        client = OpenAI(base_url=url, api_key="x", max_retries=0, timeout=30)
+        first = client.responses.create(
+            model="codex_shell",
+            input="run it",
+            tools=[shell],  # type: ignore[list-item]
+            include=["reasoning.encrypted_content"],
+            store=False,
+        )
+    reasoning, call = first.output
+    assert reasoning.type == "reasoning" and call.type == "function_call"
+    blob = reasoning.encrypted_content
+    assert blob and ReasoningKeys.from_file(keys).open(blob) == CODEX_THOUGHT
+    follow_up = [
+        {"role": "user", "content": "run it"},
+        {"type": "reasoning", "id": reasoning.id, "summary": [], "encrypted_content": blob},
+        call.model_dump(exclude_none=True),
+        {"type": "function_call_output", "call_id": call.call_id, "output": "streamfold-42"},
+    ]
+    monkeypatch.setenv("STREAMFOLD_REASONING_KEY", "new-secret, old-secret")
+    with serving(traces, tmp_path / "b.txt") as url:
+        client = OpenAI(base_url=url, api_key="x", max_retries=0, timeout=30)
+        answer = client.responses.create(
+            model="codex_shell",
+            input=follow_up,  # type: ignore[arg-type]
+            tools=[shell],  # type: ignore[list-item]
+            store=False,
+        )
+    assert answer.status == "completed", answer.error
+    assert answer.output_text == CODEX_FINAL
+    monkeypatch.delenv("STREAMFOLD_REASONING_KEY")
+    with serving(traces, tmp_path / "c.txt") as url:
+        client = OpenAI(base_url=url, api_key="x", max_retries=0, timeout=30)
+        with pytest.raises(openai.BadRequestError) as caught:
+            client.responses.create(model="codex_shell", input=follow_up, tools=[shell])  # type: ignore[arg-type,list-item]
+    assert caught.value.body["param"] == "input[1].encrypted_content"  # type: ignore[index]

@@ -9,6 +9,7 @@ Every test runs under asyncio and trio (anyio's pytest plugin, `anyio_backend` f
 from __future__ import annotations
 
 import contextlib
+import json
 import logging
 from collections.abc import AsyncIterator
 
@@ -17,7 +18,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from streamfold.adapters.driver import SOURCE_FAILED, stream_events
+from streamfold.adapters.driver import SOURCE_FAILED, stream_events, stream_sse
 from streamfold.adapters.grammars import grammar_for
 from streamfold.adapters.registry import Engine
 from streamfold.adapters.server import create_app
@@ -210,6 +211,17 @@ async def test_stream_events_stamps_completed_at_with_its_clock() -> None:
     async with contextlib.aclosing(events):
         last = [event async for event in events][-1]
     assert last.type == "response.completed" and last.response.completed_at == 1234
+
+
+async def test_stream_sse_stamps_completed_at_with_its_clock() -> None:
+    """Issue 36, item 4 named both: `stream_sse` takes `clock=` too and hands it on."""
+    grammar = grammar_for({"grammar": "harmony"})
+    frames = stream_sse(Unbounded(50), generation(None), grammar, RESPONSE, clock=lambda: 1234.5)
+    async with contextlib.aclosing(frames):
+        last = [frame async for frame in frames][-1].decode()
+    head, data = last.strip().split("\n")
+    assert head == "event: response.completed"
+    assert json.loads(data.removeprefix("data: "))["response"]["completed_at"] == 1234
 
 
 def test_stream_events_refuses_a_response_that_is_not_in_progress() -> None:
