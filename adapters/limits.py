@@ -54,6 +54,10 @@ class ServerLimits:
     #: The `store: false` conversations one WebSocket connection remembers for
     #: `previous_response_id`, as JSON text, together (the oldest go first).
     websocket_memory_bytes: int = 32 * 2**20
+    #: Creates one WebSocket connection may have queued or running at once, all its lanes
+    #: together (an HTTP connection holds one request at a time); past it a create is
+    #: refused with an `error` (429) and the connection lives.
+    websocket_max_pending: int = 32
 
     def __attrs_post_init__(self) -> None:
         for field in attrs.fields(type(self)):

@@ -174,6 +174,11 @@ _LIMIT_FLAGS = {
         int,
         "store: false conversations a WebSocket remembers, in bytes",
     ),
+    "--websocket-max-pending": (
+        "websocket_max_pending",
+        int,
+        "creates one WebSocket may have queued or running at once",
+    ),
 }
 
 

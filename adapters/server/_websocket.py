@@ -13,10 +13,16 @@ service, each one JSON text message (with `stream_id` added when the create name
 stays open after them.
 
 Lanes: creates with the same `stream_id` (or none) are answered one after another, in order;
-different lanes run side by side. A connection remembers its last `RECENT` `store: false`
-responses (their whole conversation, within `ServerLimits.websocket_memory_bytes`:
-`SocketMemory`), so `previous_response_id` continues them as it continues stored ones: the
-earlier conversation is put before the new input. An id neither remembered nor stored is an
+different lanes run side by side. At most `ServerLimits.websocket_max_pending` creates are
+queued or running on one connection, all lanes together: past it a create gets an `error`
+(429, `too_many_pending_responses`): an HTTP connection holds one request at a time. Lanes are
+bounded by the same number: a new lane lets the oldest idle one go (a client may name a new
+lane for every create), and a lane named again starts afresh.
+
+A connection remembers its last `RECENT` `store: false` responses (their whole conversation,
+within `ServerLimits.websocket_memory_bytes`: `SocketMemory`), so `previous_response_id`
+continues them as it continues stored ones: the earlier conversation is put before the new
+input. An id neither remembered nor stored is an
 `error` with code `previous_response_not_found` (the client then sends its whole context). A
 closed socket cancels its running responses, which end `cancelled` in the log, as a foreground
 HTTP stream whose client leaves. A connection lasts `ServerLimits.websocket_lifetime_s`: then
@@ -98,6 +104,7 @@ class _Connection:
         self.recent = SocketMemory(RECENT, limits.websocket_memory_bytes)
         self.expired = False  # past the connection's lifetime: nothing new is started
         self.busy: set[str | None] = set()  # lanes that have creates to answer
+        self.pending = 0  # creates queued or running, all lanes together
         self.idle = anyio.Event()  # set once expired and no lane is busy
 
     async def serve(self) -> None:
@@ -143,16 +150,37 @@ class _Connection:
         if self.expired:  # the connection is closing: nothing new starts
             await self._send_json(socket_error(_limit_reached(self.service.limits), lane))
             return
+        if self.pending >= self.service.limits.websocket_max_pending:
+            await self._send_json(socket_error(_too_many(self.service.limits), lane))
+            return
         queue = self.lanes.get(lane)
         if queue is None:
+            self._let_an_idle_lane_go()
+            # Unbounded in itself: the creates it may hold are bounded by `pending`.
             queue, queued = anyio.create_memory_object_stream[Create](math.inf)
             self.lanes[lane] = queue
-            tasks.start_soon(self._lane, lane, queued, tasks)
+            tasks.start_soon(self._lane, lane, queue, queued, tasks)
         self.busy.add(lane)
+        self.pending += 1
         queue.send_nowait(create)
 
+    def _let_an_idle_lane_go(self) -> None:
+        """Before a new lane starts: at the bound, the oldest idle lane goes (its task ends
+        with its queue). One is idle: fewer than the bound are busy, each holding a create."""
+        if len(self.lanes) < self.service.limits.websocket_max_pending:
+            return
+        for name, queue in self.lanes.items():
+            if name not in self.busy:
+                del self.lanes[name]
+                queue.close()
+                return
+
     async def _lane(
-        self, lane: str | None, queued: MemoryObjectReceiveStream[Create], tasks: TaskGroup
+        self,
+        lane: str | None,
+        queue: MemoryObjectSendStream[Create],
+        queued: MemoryObjectReceiveStream[Create],
+        tasks: TaskGroup,
     ) -> None:
         async for body, generate in queued:
             try:
@@ -176,6 +204,7 @@ class _Connection:
                 )
                 await self._send_json(socket_error(failed, lane))
             finally:
+                self.pending -= 1
                 if queued.statistics().current_buffer_used == 0:
                     self.busy.discard(lane)
                     if self.expired and not self.busy:
@@ -243,6 +272,16 @@ def _limit_reached(limits: ServerLimits) -> RequestError:
         f"Responses websocket connection limit reached ({said}). Create a new websocket "
         "connection to continue.",
         code="websocket_connection_limit_reached",
+    )
+
+
+def _too_many(limits: ServerLimits) -> RequestError:
+    most = limits.websocket_max_pending
+    return RequestError(
+        f"this connection already has {most} responses queued or running, this server's "
+        "limit; send it when one has ended, or open another connection",
+        status=429,
+        code="too_many_pending_responses",
     )
 
 

@@ -393,6 +393,71 @@ def test_socket_memory_keeps_the_newest_within_both_bounds(
     assert len(memory) <= count
 
 
+def _slow_trace(root: Path, tokens: int = 200) -> None:
+    ids = [*encode("<|channel|>final<|message|>"), *encode(" a") * tokens, *encode("<|return|>")]
+    header = {"grammar": "harmony", "encoding": "o200k_harmony", "response_id": "resp_slow"}
+    header |= {"model": "slow", "created_at": 1}
+    chunks = [TokenChunk(token_ids=(t,)) for t in ids]
+    (root / "slow.jsonl").write_text(dump_trace(header, chunks, "stop"), encoding="utf-8")
+
+
+def test_a_connection_holds_a_bounded_number_of_creates(tmp_path: Path) -> None:
+    """Audit of issue 32 ("the same limits as HTTP"): a lane's queue and the number of lanes
+    were unbounded, so one connection could queue any number of creates of up to 8 MiB each
+    (an HTTP connection holds one body at a time) and run any number of lanes at once. Past
+    `websocket_max_pending` creates queued or running, a create gets an `error` (429, with
+    its `stream_id`) and the connection lives; once one ends, creates are taken again."""
+    _slow_trace(tmp_path)
+    engine = ReplayEngine(tmp_path, delay=0.01).engine()  # 2 s a response at least
+    app = create_app(engine, limits=ServerLimits(websocket_max_pending=2))
+    create = {"type": "response.create", "model": "slow", "input": "hi", "store": False}
+    with serve(app) as base, connect(base.replace("http://", "ws://") + "/v1/responses") as socket:
+        for lane in ("a", "a", "b", "c"):  # two taken (one queued behind the other), two not
+            socket.send(json.dumps({**create, "stream_id": lane}))
+        refused: list[dict[str, Any]] = []
+        completed: list[str] = []
+        while len(completed) < 2:
+            message = json.loads(socket.recv(timeout=30))
+            if message["type"] == "error":
+                refused.append(message)
+            elif message["type"] == "response.completed":
+                completed.append(message["stream_id"])
+        socket.send(json.dumps({**create, "stream_id": "d"}))
+        while (message := json.loads(socket.recv(timeout=30)))["type"] != "response.completed":
+            assert message["type"] != "error", message
+    assert completed == ["a", "a"]
+    assert [m["stream_id"] for m in refused] == ["b", "c"]
+    for error in refused:
+        assert error["status"] == 429
+        assert error["error"]["code"] == "too_many_pending_responses"
+        assert "2 responses" in error["error"]["message"]
+    assert message["stream_id"] == "d"
+
+
+def test_idle_lanes_are_bounded_as_creates_are(tmp_path: Path) -> None:
+    """Audit of issue 32: every `stream_id` a connection ever named kept its queue and its
+    task until the connection closed, so a client naming a new lane for each create grew the
+    connection for its whole lifetime (an hour). Lanes are bounded by `websocket_max_pending`
+    too: a new one lets the oldest idle one go; naming it again starts it afresh."""
+    import gc
+
+    from streamfold.adapters.server._websocket import _Connection
+
+    write_traces(tmp_path, {"greeting": GREETING})
+    app = create_app(ReplayEngine(tmp_path).engine(), limits=ServerLimits(websocket_max_pending=4))
+    with serve(app) as base, connect(base.replace("http://", "ws://") + "/v1/responses") as socket:
+        for n in range(20):
+            lane = f"lane-{n % 10}"
+            create = {"type": "response.create", "model": "greeting", "input": "hi"}
+            socket.send(json.dumps({**create, "stream_id": lane}))
+            while (event := json.loads(socket.recv(timeout=10)))["type"] != "response.completed":
+                assert event["type"] != "error", event
+            assert event["stream_id"] == lane
+        connections = [o for o in gc.get_objects() if isinstance(o, _Connection)]
+        held = [lane for c in connections for lane in c.lanes if str(lane).startswith("lane-")]
+    assert held == ["lane-6", "lane-7", "lane-8", "lane-9"]
+
+
 def test_a_connection_says_its_limit_is_reached_and_closes_after_answering(
     tmp_path: Path,
 ) -> None:
