@@ -9,7 +9,9 @@ import importlib.util
 import typing
 from typing import Any
 
+import openai
 import pytest
+from openai import OpenAI
 from pydantic import BaseModel
 
 from .conftest import CHAT_ANSWER, WEATHER_FINAL, missing
@@ -51,7 +53,18 @@ def test_plain_answer(streamfold_url: str) -> None:
     assert result.output == CHAT_ANSWER
 
 
-def test_tool_loop(streamfold_url: str) -> None:
+@pytest.mark.parametrize(
+    "settings",
+    [
+        {},
+        # The second request sends the tool's output and the first response's id.
+        {"openai_previous_response_id": "auto"},
+        # Stateless: nothing kept on the server, reasoning ids not sent back.
+        {"openai_store": False, "openai_send_reasoning_ids": False},
+    ],
+    ids=["default", "previous_response_id auto", "store false"],
+)
+def test_tool_loop(streamfold_url: str, settings: dict[str, Any]) -> None:
     from pydantic_ai import Agent
 
     agent = Agent(_model(streamfold_url, "weather"))
@@ -63,8 +76,19 @@ def test_tool_loop(streamfold_url: str) -> None:
         cities.append(city)
         return "22C and sunny"
 
-    assert agent.run_sync("weather in Paris?").output == WEATHER_FINAL
+    result = agent.run_sync("weather in Paris?", model_settings=settings)  # type: ignore[arg-type]
+    assert result.output == WEATHER_FINAL
     assert cities == ["Paris"]
+    # What the server was sent, read back from the second response it stored.
+    first, second = (m.provider_response_id for m in result.all_messages()[1::2])
+    client = OpenAI(base_url=streamfold_url, api_key="unused", max_retries=0, timeout=30)
+    if settings.get("openai_store") is False:
+        with pytest.raises(openai.NotFoundError):
+            client.responses.retrieve(second)  # type: ignore[arg-type]
+        return
+    stored = client.responses.retrieve(second)  # type: ignore[arg-type]
+    auto = "openai_previous_response_id" in settings
+    assert stored.previous_response_id == (first if auto else None)
 
 
 def _city(text: str) -> City:
