@@ -202,3 +202,35 @@ def test_serve_says_local_use_only_without_a_key_and_reads_the_env_key(with_key:
     assert len(said) == (0 if with_key else 1), stderr
     if not with_key:
         assert "no API key: local use only" in said[0]
+
+
+def test_serve_takes_several_api_keys_each_its_own() -> None:
+    """Issue 29 asks for `--api-key KEY`, repeatable; only the environment variable and
+    `create_app(api_keys=...)` were run by a test. Both keys the command line names are
+    served, a request without one is a 401, and nothing says "local use only"."""
+    port = free_port()
+    env = {k: v for k, v in os.environ.items() if k != "STREAMFOLD_API_KEY"}
+    command = [sys.executable, "-m", "streamfold", "serve", "--port", str(port)]
+    command += ["--store", ":memory:", "--api-key", KEY_A, "--api-key", KEY_B]
+    server = subprocess.Popen(command, stderr=subprocess.PIPE, env=env, text=True)
+    url = f"http://127.0.0.1:{port}/v1/responses/resp_x"
+    try:
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                anonymous = httpx.get(url, timeout=1)
+                break
+            except httpx.TransportError:
+                assert server.poll() is None
+                assert time.monotonic() < deadline, "streamfold serve did not start in 30 s"
+                time.sleep(0.1)
+        keyed = [
+            httpx.get(url, headers={"authorization": f"Bearer {key}"}, timeout=5).status_code
+            for key in (KEY_A, KEY_B, "sk-neither")
+        ]
+    finally:
+        server.terminate()
+        _, stderr = server.communicate(timeout=15)
+    assert anonymous.status_code == 401
+    assert keyed == [404, 404, 401]  # each key is let in (and finds no such response)
+    assert "no API key" not in stderr

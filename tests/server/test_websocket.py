@@ -87,6 +87,36 @@ def test_two_turns_on_one_connection_continue_a_response_the_store_never_held(ur
         client.responses.retrieve(first_id)
 
 
+def test_a_stored_response_following_a_remembered_one_keeps_the_whole_conversation(
+    url: str,
+) -> None:
+    """docs/websocket.md, untested until the audit: a stored response whose
+    `previous_response_id` names a `store: false` response the connection remembers keeps the
+    whole conversation, since the one it follows is in no store: its input listing (over HTTP,
+    after the socket closed) holds the first turn's input and output before its own."""
+    client = _client(url)
+    with client.responses.connect() as connection:
+        connection.response.create(model="chat", input="Hello!", store=False)
+        first = _until_end(connection)[-1].response
+        connection.response.create(
+            model="chat", input="What did I say?", previous_response_id=first.id
+        )
+        second = _until_end(connection)[-1].response
+    assert second.output_text == "You said hello before."
+    listed = client.responses.input_items.list(second.id, order="asc").data
+    said = [
+        (item.role, part.text)  # type: ignore[union-attr]
+        for item in listed
+        if item.type == "message"
+        for part in item.content  # type: ignore[union-attr]
+    ]
+    assert said == [
+        ("user", "Hello!"),
+        ("assistant", "Hello there, how can I help?"),
+        ("user", "What did I say?"),
+    ]
+
+
 def test_socket_events_are_the_sse_streams_events(url: str) -> None:
     """The same records, framed as messages: the checker judges the socket's events as it
     judges an SSE stream, and they are the SSE stream's events but for ids and times."""
