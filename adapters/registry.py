@@ -113,15 +113,11 @@ class Engine:
         return self.format if self.format_for is None else self.format_for(model)
 
     def reading(self, model: str) -> tuple[Grammar, ChatFormat]:
-        """The grammar `model`'s output is read with and the chat format it is prompted in
-        (both raise `UnknownModelError` for a model the engine does not serve).
-
-        An engine that names one format for every model (no `format_for`) and reads a model
-        with a grammar of another family (`Engine(source=..., grammar=...)` with a think-tag
-        grammar, the format left at harmony) prompts that model in the wrong family: the
-        model gets harmony's prompt and stop ids. That is logged once per engine and family,
-        saying how to name the model's format. Replay (`format_for`) picks each model's
-        format itself, and a replayed single trace does not read its prompt."""
+        """`model`'s grammar and chat format (`UnknownModelError` for a model not served).
+        One format for every model (no `format_for`) and a grammar of another family (a
+        think-tag `grammar=`, the format left at harmony) prompts the model in the wrong
+        family: logged once per engine and family, naming the fix. Replay (`format_for`)
+        picks each model's format, and a replayed single trace does not read its prompt."""
         grammar = self.grammar(model)
         chat_format = self.chat_format(model)
         family = getattr(grammar, "name", None)
@@ -141,7 +137,7 @@ class Engine:
         return grammar, chat_format
 
 
-#: (id of an engine, grammar family) pairs whose mismatch with the engine's format was logged.
+#: (engine id, grammar family) pairs whose mismatch with the engine's format was logged.
 _mismatched: set[tuple[int, object]] = set()
 
 
@@ -432,9 +428,18 @@ def _gpu_engine(name: str) -> EngineFactory:
 def _chat_format(choice: str, model: str, engine: str) -> ChatFormat:
     """`--chat-format`: harmony (gpt-oss), or the model's own chat template (think tags).
     Chosen by the operator, never guessed from the model's name."""
+    from .formats import ChatTemplateError, ChatTemplateFormat, writes_harmony
+
     if choice == "harmony":
+        if writes_harmony(model) is False:  # the operator's choice stands, but not silently
+            logger.warning(
+                "--engine %s prompts %s in harmony (gpt-oss), but its own chat template does "
+                "not write harmony; for a think-tag model (Qwen3, DeepSeek-R1) pass "
+                "--chat-format chat-template (docs/chat-formats.md)",
+                engine,
+                model,
+            )
         return HARMONY
-    from .formats import ChatTemplateError, ChatTemplateFormat
 
     try:
         chat_format = ChatTemplateFormat(model)

@@ -7,7 +7,7 @@ results in its conversation (`_harmony_tools.py`). `ChatTemplateFormat` (think-t
 Qwen3, DeepSeek-R1): the model's own Hugging Face chat template (`_chat_template.py`).
 """
 
-from ._chat_template import ChatTemplateError, ChatTemplateFormat, chat_messages
+from ._chat_template import ChatTemplateError, ChatTemplateFormat, chat_messages, writes_harmony
 from ._format import ChatFormat
 from ._harmony import HARMONY, HarmonyFormat
 from ._harmony_prompt import render_prompt, stop_token_ids
@@ -39,4 +39,5 @@ __all__ = [
     "stop_token_ids",
     "tool_message",
     "with_server_tools",
+    "writes_harmony",
 ]

@@ -64,7 +64,7 @@ from ..protocol import (
 )
 from ..structured import ThinkTagTokens, budget_shape, shape_for, thinktags_grammar
 
-__all__ = ["ChatTemplateError", "ChatTemplateFormat", "chat_messages"]
+__all__ = ["ChatTemplateError", "ChatTemplateFormat", "chat_messages", "writes_harmony"]
 
 #: Turn end tokens of the common chat templates; those the vocabulary has are stop ids.
 TURN_END_TOKENS = ("<|im_end|>", "<|endoftext|>", "<|eot_id|>", "<｜end▁of▁sentence｜>")
@@ -154,6 +154,28 @@ def chat_tools(request: CreateRequest) -> list[dict[str, Any]] | None:
         for tool in request.function_tools
     ]
     return tools or None
+
+
+def writes_harmony(model_dir: str | Path) -> bool | None:
+    """Whether a local model directory's own chat template writes harmony (gpt-oss's writes
+    `<|channel|>`): None where there is none to read (a hub id, no template). Read from
+    `chat_template.jinja` or `tokenizer_config.json`'s `chat_template` (a string, or named
+    templates), without loading a tokenizer."""
+    directory = Path(model_dir)
+    template: Any = None
+    try:
+        if (directory / "chat_template.jinja").is_file():
+            template = (directory / "chat_template.jinja").read_text(encoding="utf-8")
+        elif (directory / "tokenizer_config.json").is_file():
+            config = json.loads((directory / "tokenizer_config.json").read_text(encoding="utf-8"))
+            template = config.get("chat_template") if isinstance(config, dict) else None
+    except (OSError, ValueError):
+        return None
+    if isinstance(template, list):
+        template = " ".join(str(t.get("template", "")) for t in template if isinstance(t, dict))
+    if not isinstance(template, str) or not template:
+        return None
+    return "<|channel|>" in template
 
 
 class ChatTemplateFormat:

@@ -307,6 +307,30 @@ def test_server_side_tools_are_refused_saying_they_are_harmony_only(model_dir: P
         ChatTemplateFormat(model_dir).render(request, namespaces=[object()])
 
 
+def test_serve_vllm_in_harmony_says_when_the_models_own_template_is_not_harmony(
+    standin_vllm: fakes_vllm.FakeAsyncLLM,
+    model_dir: Path,
+    tmp_path: Path,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """Bug (issue 36, item 3: 'silently'): `streamfold serve --engine vllm --model QWEN_DIR`
+    without `--chat-format chat-template` prompts a Qwen model in harmony, and said nothing.
+    The family is still the operator's choice (never guessed), but a local model directory
+    whose own chat template does not write harmony gets a warning naming the flag; a gpt-oss
+    directory, or a hub id with no local directory, gets none."""
+    gpt_oss = tmp_path / "gpt-oss"
+    gpt_oss.mkdir()
+    harmony_template = "{{- '<|start|>assistant<|channel|>final<|message|>' }}"
+    (gpt_oss / "chat_template.jinja").write_text(harmony_template, encoding="utf-8")
+    caplog.set_level(logging.WARNING, logger="streamfold.server")
+    for model in (gpt_oss, "openai/gpt-oss-20b", model_dir):
+        args = argparse.Namespace(model=str(model), engine_arg=[], chat_format="harmony")
+        ENGINES["vllm"](args)
+    said = [r.getMessage() for r in caplog.records if "--chat-format" in r.getMessage()]
+    assert len(said) == 1, [r.getMessage() for r in caplog.records]
+    assert str(model_dir) in said[0] and "--chat-format chat-template" in said[0]
+
+
 @pytest.mark.parametrize("engine", ["replay", "native"])
 def test_gpt_oss_engines_refuse_chat_template(engine: str) -> None:
     args = argparse.Namespace(model="x", chat_format="chat-template", traces=None)
