@@ -86,6 +86,18 @@ def _e8m0_to_float(scale):
 
 
 @triton.jit
+def _rounded(x, dtype: tl.constexpr, BY_BITS: tl.constexpr):
+    """float32 `x` as `dtype`, rounded to nearest even. Triton's interpreter truncates float32 to
+    bfloat16 (up to 1 ulp, half the values off), so there (BY_BITS) the rounding is done on the
+    bits first and the cast is exact; compiled, the cast itself rounds to nearest even."""
+    if BY_BITS:
+        bits = x.to(tl.uint32, bitcast=True)
+        bits = (bits + 0x7FFF + ((bits >> 16) & 1)) & 0xFFFF0000
+        x = tl.where(x == x, bits.to(tl.float32, bitcast=True), x)  # NaN stays NaN
+    return x.to(dtype)
+
+
+@triton.jit
 def _moe_gemm_kernel(
     a_ptr, w_ptr, s_ptr, bias_ptr, gate_ptr, out_ptr, sorted_ptr, block_expert_ptr,
     num_pairs, N, K, a_row_div, limit, alpha,
@@ -148,7 +160,7 @@ def _moe_gemm_kernel(
             half = pid_n * (BLOCK_N // 2) + tl.arange(0, BLOCK_N // 2)
             tl.store(
                 out_ptr + pair[:, None] * stride_om + half[None, :],
-                result.to(out_ptr.dtype.element_ty),
+                _rounded(result, out_ptr.dtype.element_ty, UPCAST),
                 mask=row_ok[:, None] & (half < N // 2)[None, :],
             )
         else:
@@ -156,7 +168,7 @@ def _moe_gemm_kernel(
                 acc *= tl.load(gate_ptr + pair, mask=row_ok, other=0.0).to(tl.float32)[:, None]
             tl.store(
                 out_ptr + pair[:, None] * stride_om + cols[None, :],
-                acc.to(out_ptr.dtype.element_ty),
+                _rounded(acc, out_ptr.dtype.element_ty, UPCAST),
                 mask=row_ok[:, None] & col_ok[None, :],
             )
 
