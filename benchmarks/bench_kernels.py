@@ -15,26 +15,34 @@
 Each row gives the median time per call over `--reps` after warm-up (CUDA events on CUDA),
 the bytes the kernel must read (KV of the visible keys; the packed weights of the experts the
 batch chose) and that over the time as a fraction of `--peak-gbps` (H100 SXM: 3350 GB/s), and
-the largest difference between the two outputs. `--graphs` times each call replayed from a
-CUDA graph instead (launch overhead gone; also shows that each captures). On CPU the kernels
-run through Triton's interpreter (TRITON_INTERPRET=1 is set here), so only the differences
-mean anything there.
+how far the outputs are apart: the largest difference between the kernel's and the torch
+path's, the largest output, that difference in ulps of `--dtype` at the largest output (in
+bf16 an ulp is 2.0 for outputs in [256, 512): a "max diff" of 2.0 there is one rounding step),
+and each path's largest difference from float64 (the torch code run in float64 on the same
+inputs, weights and routing: exact dequantized MXFP4, the same gates), in the same ulps, so
+which side carries an error shows. `--graphs` times each call replayed from a CUDA graph
+instead (launch overhead gone; also shows that each captures). On CPU the kernels run through
+Triton's interpreter (TRITON_INTERPRET=1 is set here), so only the differences mean anything
+there.
 """
 
 from __future__ import annotations
 
 import argparse
+import math
 import os
 import statistics
 import time
 from collections.abc import Callable
 from types import SimpleNamespace
 
+import attrs
 import torch
+import torch.nn.functional as F
 
 from streamfold.engines.native import kernels
 from streamfold.engines.native.gptoss.config import GptOssConfig
-from streamfold.engines.native.gptoss.model import GptOssModel
+from streamfold.engines.native.gptoss.model import GptOssModel, fixed_shape_experts
 from streamfold.engines.native.gptoss.weights import ExpertWeights
 
 Call = Callable[[], torch.Tensor]
@@ -67,6 +75,17 @@ def timed(fn: Call, reps: int, device: torch.device, graphs: bool) -> tuple[floa
             out = fn()
             times.append(time.perf_counter() - t0)
     return statistics.median(times), out
+
+
+def accuracy(got: torch.Tensor, refs: list[torch.Tensor], exact: torch.Tensor) -> str:
+    """The table's last four cells: the largest |got - refs[0]|, the largest |exact|, that
+    difference in ulps of got's dtype at the largest output, and got's and each ref's largest
+    difference from `exact` (float64) in the same ulps."""
+    largest = exact.abs().max().item()
+    ulp = torch.finfo(got.dtype).eps * 2.0 ** math.floor(math.log2(largest)) if largest else 1.0
+    diff = (got.double() - refs[0].double()).abs().max().item()
+    off = " / ".join(f"{(o.double() - exact).abs().max().item() / ulp:.1f}" for o in (got, *refs))
+    return f" | {diff:.2e} | {largest:.3g} | {diff / ulp:.1f} | {off} |"
 
 
 def attention_rows(args: argparse.Namespace, device: torch.device) -> list[str]:
@@ -102,6 +121,8 @@ def attention_rows(args: argparse.Namespace, device: torch.device) -> list[str]:
                 args_ = (q, k_pool, v_pool, tables, first_pos, q_pos, sinks, window)
                 os.environ[kernels.ENV] = "torch"
                 t_ref, ref = timed(lambda a=args_: reference(*a), args.reps, device, args.graphs)
+                wide = [t.double() if t.is_floating_point() else t for t in args_[:7]]
+                exact = reference(*wide, window)
                 os.environ[kernels.ENV] = "triton"
                 t_ker, got = timed(lambda a=args_: kernel(*a), args.reps, device, args.graphs)
                 keys = context - first * bs
@@ -109,8 +130,7 @@ def attention_rows(args: argparse.Namespace, device: torch.device) -> list[str]:
                 rows.append(
                     f"| attention B={batch} ctx={context} window={window} | {t_ker * 1e6:.1f} µs"
                     f" | {t_ref * 1e6:.1f} µs | {t_ref / t_ker:.2f}× | {read / 2**20:.1f} MiB"
-                    f" | {read / t_ker / 1e9 / args.peak_gbps:.1%}"
-                    f" | {(got.float() - ref.float()).abs().max().item():.2e} |"
+                    f" | {read / t_ker / 1e9 / args.peak_gbps:.1%}{accuracy(got, [ref], exact)}"
                 )
     return rows
 
@@ -149,6 +169,18 @@ def moe_rows(args: argparse.Namespace, device: torch.device) -> list[str]:
         model.triton_moe = triton
         return GptOssModel._moe(model, layer, x, mode)  # type: ignore[arg-type]
 
+    wide = attrs.evolve(
+        experts, gate_up_bias=experts.gate_up_bias.double(),
+        down_bias=experts.down_bias.double(), dtype=torch.float64,
+    )  # fmt: skip
+
+    def moe_float64(x: torch.Tensor) -> torch.Tensor:
+        """The fixed-shape path in float64 on the routing and gates `_moe` computes for x."""
+        logits = F.linear(x, layer.router, layer.router_bias)
+        top_logits, top = torch.topk(logits, config.num_experts_per_tok, dim=-1)
+        gates = torch.softmax(top_logits, dim=-1)
+        return fixed_shape_experts(x.double(), top, gates.double(), wide, model._swiglu)
+
     per_expert = (2 * inter * hidden + hidden * inter) * (1 + 1 / 16) / 2  # nibbles + scales
     rows = []
     for tokens in token_counts:
@@ -157,12 +189,15 @@ def moe_rows(args: argparse.Namespace, device: torch.device) -> list[str]:
         read = chosen.unique().numel() * per_expert
         t_ker, got = timed(lambda x=x: moe(x, True, "routed"), args.reps, device, args.graphs)
         t_routed, ref = timed(lambda x=x: moe(x, False, "routed"), args.reps, device, False)
-        t_static, _ = timed(lambda x=x: moe(x, False, "static"), args.reps, device, args.graphs)
+        t_static, static = timed(
+            lambda x=x: moe(x, False, "static"), args.reps, device, args.graphs
+        )
+        exact = moe_float64(x)
         rows.append(
             f"| experts MXFP4 T={tokens} | {t_ker * 1e6:.1f} µs | routed {t_routed * 1e6:.1f} µs,"
             f" fixed-shape {t_static * 1e6:.1f} µs | {min(t_routed, t_static) / t_ker:.2f}×"
             f" | {read / 2**20:.1f} MiB | {read / t_ker / 1e9 / args.peak_gbps:.1%}"
-            f" | {(got.float() - ref.float()).abs().max().item():.2e} |"
+            f"{accuracy(got, [ref, static], exact)}"
         )
     return rows
 
@@ -189,8 +224,11 @@ def main() -> None:
     torch.backends.cuda.matmul.allow_tf32 = False
     print(f"device: {torch.cuda.get_device_name(device) if cuda else 'cpu (interpreted)'},"
           f" dtype {args.dtype}, shape {args.shape}, graphs {args.graphs}\n")  # fmt: skip
-    print("| case | triton | torch | speed-up | must read | of peak HBM | max diff |")
-    print("|---|---|---|---|---|---|---|")
+    print(
+        "| case | triton | torch | speed-up | must read | of peak HBM | max diff | max out"
+        " | max diff in ulps | vs float64 in ulps: triton / torch (routed / fixed-shape) |"
+    )
+    print("|---|---|---|---|---|---|---|---|---|---|")
     with torch.inference_mode():
         for row in [
             *(attention_rows(args, device) if args.only != "experts" else []),
