@@ -259,7 +259,8 @@ def _to(w: ExpertWeights, device: str) -> ExpertWeights:
         (1, 4, 2, 64, 64),  # one decode token
         (5, 8, 4, 96, 64),  # hidden not a multiple of the K tile
         (40, 4, 2, 64, 160),  # > BLOCK_M rows for some experts; N not a multiple of the N tile
-        (70, 32, 4, 64, 32),  # gpt-oss's 32 experts top-4, larger blocks (BLOCK_M 64)
+        (70, 32, 4, 64, 32),  # gpt-oss's 32 experts top-4 (BLOCK_M 16: 280 pairs < 64 * 32)
+        (512, 32, 4, 64, 32),  # ... at 2048 pairs: BLOCK_M 64
     ],
 )
 def test_moe_experts_match_the_definition(
