@@ -2,6 +2,8 @@
 
     python benchmarks/bench_kernels.py --device cuda [--dtype bfloat16] [--graphs] [--reps 50]
     python benchmarks/bench_kernels.py --device cpu   # tiny shapes, interpreted: checks only
+    python benchmarks/bench_kernels.py --device cpu --shape gpt-oss-20b --dtype bfloat16 \
+        --only experts --tokens 1   # 20b's experts interpreted: minutes, for the accuracy
 
 * decode attention: `kernels.decode.decode_attention` against `paged_attention.decode_attention`
   (the torch gather + mask + softmax; STREAMFOLD_KERNELS=torch for it), gpt-oss-20b's heads
@@ -141,6 +143,7 @@ def moe_rows(args: argparse.Namespace, device: torch.device) -> list[str]:
     else:
         config = GptOssConfig(hidden_size=64, intermediate_size=64, num_local_experts=8)
         token_counts = (1, 5, 40)
+    token_counts = args.tokens or token_counts
     num, hidden, inter = config.num_local_experts, config.hidden_size, config.intermediate_size
     dtype = getattr(torch, args.dtype)
     gen = torch.Generator(device=device).manual_seed(1)
@@ -211,6 +214,9 @@ def main() -> None:
     parser.add_argument("--graphs", action="store_true", help="time CUDA-graph replays")
     parser.add_argument("--peak-gbps", type=float, default=3350.0, help="HBM bandwidth")
     parser.add_argument("--only", choices=["attention", "experts"], default=None)
+    parser.add_argument(
+        "--tokens", type=int, nargs="+", default=None, help="the experts rows' token counts"
+    )
     args = parser.parse_args()
     device = torch.device(args.device)
     cuda = device.type == "cuda"
