@@ -1,5 +1,8 @@
 """The anyio driver: pulls token chunks from a `TokenSource`, steps the reducer one token at a
 time, and hands the events on. It makes no protocol decision; `start`/`step`/`finish` do.
+The loop over one chunk's tokens (`step_chunk`) and the synchronous driver over chunks at hand
+(`fold`) are `_stepping.py`'s, re-exported here; this module owns pulling chunks from a live
+source: batching, the budget, cancellation and faults.
 
 Backpressure: everything here is a pull-based async generator. The source's next chunk is only
 requested when the consumer asks for the next event batch, so a slow consumer (a slow HTTP
@@ -48,8 +51,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
-from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Iterable, Iterator
-from typing import Any
+from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable
 
 import anyio
 import attrs
@@ -72,6 +74,9 @@ from streamfold.statemachine._accel import step_ready
 from streamfold.statemachine._grammar import FinishReason, Grammar
 from streamfold.statemachine._servertools import NO_SERVER_TOOLS
 from streamfold.statemachine._sse import sse_frame
+
+# The one chunk-to-step loop, synchronous (`fold`, `step_chunk`: re-exported from here).
+from ._stepping import fold, step_chunk, step_tokens
 
 __all__ = [
     "ABORT_GRACE_SECONDS",
@@ -112,98 +117,6 @@ class DriverUsageError(StreamfoldError, ValueError):
 #: 11-12% less CPU per request than 64. (At 200 streams, 64 had taken 20% less than 16, and 4
 #: 40% more.)
 MAX_BATCH_CHUNKS = 128
-
-
-def _tokens(chunk: TokenChunk) -> Iterator[tuple[int, float | None, Any]]:
-    logprobs = chunk.logprobs or (None,) * len(chunk.token_ids)
-    tops = chunk.top_logprobs or (None,) * len(chunk.token_ids)
-    return zip(chunk.token_ids, logprobs, tops, strict=True)
-
-
-def step_chunk(
-    state: ResponseState, chunk: TokenChunk
-) -> tuple[ResponseState, list[Event], Exception | None]:
-    """Every token of one engine chunk through `step`, each with its logprobs: the one loop
-    from chunks to steps, which the async driver below and `fold` (replay) share.
-
-    A token that makes `step` raise (misuse: an id outside the vocabulary) ends the loop, and
-    the exception is returned beside the state and events of the tokens before it, so the
-    caller keeps those and can finish the response after them.
-    """
-    state, events, error, _ = _step_tokens(state, chunk)
-    return state, events, error
-
-
-def _step_tokens(
-    state: ResponseState, chunk: TokenChunk, *, until_call: bool = False
-) -> tuple[ResponseState, list[Event], Exception | None, int]:
-    """`step_chunk`, and how many of the chunk's tokens were stepped. With `until_call`, none
-    after the one that leaves a server-side call pending (the reducer takes no token while a
-    call is pending); without it, every token (the count is then only read on success)."""
-    events: list[Event] = []
-    stepped = 0
-    try:
-        if until_call:
-            for token, logprob, top in _tokens(chunk):
-                state, produced = step(state, token, logprob, top)
-                events += produced
-                stepped += 1
-                if state.call is not None:
-                    break
-        elif chunk.logprobs is None and chunk.top_logprobs is None:
-            # Most chunks carry no logprobs: `step(state, token)` is the compiled step's fast
-            # call, and zipping in two columns of None cost as much as the step itself
-            # (benchmarks/bench_cli.py, replay).
-            for token in chunk.token_ids:
-                state, produced = step(state, token)
-                events += produced
-            stepped = len(chunk.token_ids)
-        else:
-            for token, logprob, top in _tokens(chunk):
-                state, produced = step(state, token, logprob, top)
-                events += produced
-            stepped = len(chunk.token_ids)
-    except Exception as exc:
-        return state, events, exc, stepped
-    return state, events, None, stepped
-
-
-def fold(
-    grammar: Grammar,
-    response: Response,
-    chunks: Iterable[TokenChunk | LoopStep],
-    reason: FinishReason,
-    message: str | None = None,
-    *,
-    input_tokens: int = 0,
-    server_tools: ServerTools = NO_SERVER_TOOLS,
-) -> Iterator[Event]:
-    """The synchronous driver: `start`, every chunk's tokens, then `finish(reason, message)`.
-
-    For token streams already at hand (a trace); a live source goes through `Generation`.
-    An agent run's loop steps among the chunks are made again, in their place
-    (`apply_loop_step`).
-    """
-    state, events = start(grammar, response, input_tokens=input_tokens, server_tools=server_tools)
-    yield from events
-    for chunk in chunks:
-        if not isinstance(chunk, TokenChunk):
-            state, events = apply_loop_step(state, chunk)
-            yield from events
-            continue
-        ids = chunk.token_ids
-        if len(ids) == 1 and chunk.logprobs is None and chunk.top_logprobs is None:
-            # A trace's usual chunk, one plain token: `step_chunk`'s loop for it, inline (its
-            # error, raised here, has no events before it to keep).
-            state, events = step(state, ids[0])
-            yield from events
-            continue
-        state, events, error = step_chunk(state, chunk)
-        yield from events
-        if error is not None:
-            raise error
-    state, events = finish(state, reason, message)
-    yield from events
 
 
 async def close_source(chunks: AsyncIterator[TokenChunk]) -> None:
@@ -465,7 +378,7 @@ class Generation:
             if last != (stop,):
                 parts.append(TokenChunk(token_ids=(stop,)))
         for part in parts:
-            state, produced, error, stepped = _step_tokens(state, part, until_call=True)
+            state, produced, error, stepped = step_tokens(state, part, until_call=True)
             pending += produced
             if stepped:
                 taken.append(part if stepped == len(part.token_ids) else _head(part, stepped))

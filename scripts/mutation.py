@@ -56,6 +56,7 @@ TESTS: dict[str, list[str]] = {
     "adapters/server/_store.py": ["tests/server/test_store.py", "tests/server/test_logwriter.py"],
     "adapters/server/_sqlite.py": ["tests/server/test_store.py", "tests/server/test_logwriter.py"],
     "adapters/driver.py": ["tests/server/test_driver.py"],
+    "adapters/_stepping.py": ["tests/server/test_driver.py"],
     "statemachine/_loop.py": [
         "tests/statemachine/test_loop_promises.py",
         "tests/statemachine/test_agent_loop.py",
