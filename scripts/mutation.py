@@ -55,6 +55,10 @@ TESTS: dict[str, list[str]] = {
     "adapters/server/_recovery.py": ["tests/server/test_recovery.py"],
     "adapters/server/_store.py": ["tests/server/test_store.py", "tests/server/test_logwriter.py"],
     "adapters/server/_sqlite.py": ["tests/server/test_store.py", "tests/server/test_logwriter.py"],
+    "adapters/server/_sqlite_reads.py": [
+        "tests/server/test_store.py",
+        "tests/server/test_recovery.py",
+    ],
     "adapters/driver.py": ["tests/server/test_driver.py"],
     "adapters/_stepping.py": ["tests/server/test_driver.py"],
     "statemachine/_loop.py": [

@@ -8,7 +8,8 @@ round in a worker thread took 126 ms on average. The slow part of SQLite, the WA
 with its fsync, is taken off the loop: automatic checkpoints are off, and every
 `CHECKPOINT_PAGES` pages the writer runs one in a worker thread on a second connection. Reads
 (finished responses only; live ones are followed in memory) run in worker threads on that
-second connection too, so they never hold up a write.
+second connection too, so they never hold up a write: they are `_sqlite_reads.py`'s (mixed in);
+this module opens the file and owns every write.
 
 The tables (`_sqlite_schema.py`) are laid out so that one group commit of many responses
 touches few pages, and the writer keeps what it needs of each unfinished response in memory:
@@ -30,12 +31,13 @@ import anyio
 from ._conversation_store import ItemRow
 from ._logwriter import Batch
 from ._sqlite_conversations import SQLiteConversations
+from ._sqlite_reads import Known as _Known
+from ._sqlite_reads import SQLiteReads
 from ._sqlite_schema import open_layout
 from ._store import (
     RECORD_DATA,
     RECORD_TYPE,
     EventRecord,
-    StoredResponse,
     StoreError,
     advance,
     last_lifecycle,
@@ -47,9 +49,6 @@ log = logging.getLogger("streamfold.server")
 
 # Pages of WAL between two checkpoints (SQLite's own automatic default is 1000).
 CHECKPOINT_PAGES = 1000
-
-
-_Known = tuple[int, StoredResponse]  # a response's number, and its snapshot
 
 
 class StoreLockedError(StoreError):
@@ -80,7 +79,7 @@ def _lock(path: Path) -> int:
     return fd
 
 
-class SQLiteEventStore(SQLiteConversations):
+class SQLiteEventStore(SQLiteReads, SQLiteConversations):
     """Logs in one SQLite file (WAL mode), shared by every request of the process.
 
     The store is locked to this object (a `PATH.lock` file beside it) until `close()`; a second
@@ -172,28 +171,6 @@ class SQLiteEventStore(SQLiteConversations):
         if self._lock_fd is not None:
             os.close(self._lock_fd)
             self._lock_fd = None
-
-    @staticmethod
-    def _stored(db: sqlite3.Connection, response_id: str) -> _Known | None:
-        row = db.execute(
-            "SELECT number, background, finished, event FROM responses WHERE id=?",
-            (response_id,),
-        ).fetchone()
-        if row is None:
-            return None
-        # The row changes with the response's lifecycle only; its last event is the last batch's.
-        last = db.execute(
-            "SELECT last_sequence_number FROM events WHERE response=? "
-            "ORDER BY first_sequence_number DESC LIMIT 1",
-            (row[0],),
-        ).fetchone()
-        return row[0], StoredResponse(
-            id=response_id,
-            background=bool(row[1]),
-            finished=bool(row[2]),
-            last_sequence_number=-1 if last is None else last[0],
-            event=row[3],
-        )
 
     def _write(self, response_id: str, records: Sequence[EventRecord], background: bool) -> None:
         self._write_many([(response_id, records, background)], fail=True)
@@ -344,51 +321,6 @@ class SQLiteEventStore(SQLiteConversations):
         with self._read_lock:
             self._reader.execute("PRAGMA wal_checkpoint(PASSIVE)")
 
-    def _read(self, response_id: str, after: int, limit: int | None) -> list[EventRecord]:
-        # Each row holds at least one event: `limit` rows hold at least `limit` events. A row
-        # holds a whole batch (up to `MAX_BATCH_CHUNKS` coalesced chunks' events), so rows are
-        # read one at a time and reading stops once the page is full: fetching `limit` rows
-        # would hold that many times the page in memory for each follower's read.
-        records: list[EventRecord] = []
-        with self._read_lock:
-            cursor = self._reader.execute(
-                "SELECT first_sequence_number, types, data FROM events WHERE response="
-                "(SELECT number FROM responses WHERE id=?) AND last_sequence_number>? "
-                "ORDER BY first_sequence_number LIMIT ?",
-                (response_id, after, -1 if limit is None else limit),
-            )
-            try:
-                for first, types, data in cursor:
-                    records += [
-                        EventRecord(first + i, t, d)
-                        for i, (t, d) in enumerate(
-                            zip(types.split("\n"), data.split("\n"), strict=True)
-                        )
-                        if first + i > after
-                    ]
-                    if limit is not None and len(records) >= limit:
-                        break
-            except (ValueError, TypeError, AttributeError) as exc:
-                raise StoreError(
-                    f"the log of {response_id} in {self.path} is damaged: {exc}"
-                ) from exc
-            finally:
-                cursor.close()
-        expected = after + 1 if after >= 0 else 0
-        if records and records[0].sequence_number != expected:
-            raise StoreError(f"the log of {response_id} in {self.path} is damaged: it has a gap")
-        return records if limit is None else records[:limit]
-
-    def _snapshot(self, response_id: str) -> StoredResponse | None:
-        with self._read_lock:
-            known = self._stored(self._reader, response_id)
-        return None if known is None else known[1]
-
-    def _list(self) -> list[str]:
-        with self._read_lock:
-            rows = self._reader.execute("SELECT id FROM responses ORDER BY number").fetchall()
-        return [row[0] for row in rows]
-
     async def append(
         self, response_id: str, records: Sequence[EventRecord], *, background: bool = False
     ) -> None:
@@ -423,22 +355,6 @@ class SQLiteEventStore(SQLiteConversations):
                 await anyio.to_thread.run_sync(self._checkpoint)
             finally:
                 self._checkpointing = False
-
-    async def read(
-        self, response_id: str, after: int = -1, *, limit: int | None = None
-    ) -> list[EventRecord]:
-        try:
-            return await anyio.to_thread.run_sync(self._read, response_id, after, limit)
-        except sqlite3.Error as exc:
-            raise StoreError(f"the log of {response_id} in {self.path} is damaged: {exc}") from exc
-
-    async def snapshot(self, response_id: str) -> StoredResponse | None:
-        try:
-            return await anyio.to_thread.run_sync(self._snapshot, response_id)
-        except sqlite3.Error as exc:
-            raise StoreError(
-                f"the response {response_id} in {self.path} is damaged: {exc}"
-            ) from exc
 
     async def delete(self, response_id: str) -> None:
         self._db.execute("BEGIN")
@@ -475,13 +391,6 @@ class SQLiteEventStore(SQLiteConversations):
         except sqlite3.Error as exc:
             raise StoreError(f"writing the response store {self.path} failed: {exc}") from exc
 
-    async def owner_of(self, response_id: str) -> str | None:
-        with self._read_lock:
-            row = self._reader.execute(
-                "SELECT key_hash FROM owners WHERE response_id=?", (response_id,)
-            ).fetchone()
-        return None if row is None else str(row[0])
-
     async def save_input(self, response_id: str, items: str) -> None:
         """Kept, and written with the next write's transaction (see `__init__`); what would
         make that write fail is refused here."""
@@ -504,35 +413,3 @@ class SQLiteEventStore(SQLiteConversations):
         if response_id in self._inputs:
             return self._inputs[response_id]
         return await anyio.to_thread.run_sync(self._load_input, response_id)
-
-    async def damaged(self) -> list[str]:
-        """The responses whose logs cannot be read (none when `PRAGMA quick_check` passes);
-        `StoreError` when not even the list of responses can be read.
-
-        The server calls this at start-up, to say which responses a damaged file lost and
-        keep serving the rest."""
-        return await anyio.to_thread.run_sync(self._damaged)
-
-    def _damaged(self) -> list[str]:
-        try:
-            with self._read_lock:
-                verdict = self._reader.execute("PRAGMA quick_check").fetchall()
-        except sqlite3.Error:  # too damaged to check: look at every response
-            verdict = []
-        if verdict == [("ok",)]:
-            return []
-        try:
-            ids = self._list()
-        except sqlite3.Error as exc:
-            raise StoreError(f"the index of responses in {self.path} is damaged: {exc}") from exc
-        damaged = []
-        for response_id in ids:
-            try:
-                self._snapshot(response_id)
-                self._read(response_id, -1, None)
-            except (sqlite3.Error, StoreError):
-                damaged.append(response_id)
-        return damaged
-
-    async def list(self) -> list[str]:
-        return await anyio.to_thread.run_sync(self._list)
