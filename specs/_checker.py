@@ -7,7 +7,8 @@ including a malformed one. For each event it checks, in this order: that it is a
 response's lifecycle (R4-R8, R23); and, for item events, the item bookkeeping in `_items`
 (R9-R21), and for hosted tool calls their progress stages in `_tools` (R27, R28). The terminal
 event is then compared with everything that came before it (R20-R22). At the end it reports
-a stream that never terminated (R6).
+a stream that never terminated (R6). The rules on a lifecycle event's `response` object (R7,
+R8, R20-R22) are `_response`'s, those on what a completed response says `_content`'s.
 
 A field that broke R2 is treated as absent by the later rules, so one malformed field yields
 one report, not one per rule that reads it. The checker never raises on its input: whatever
@@ -29,28 +30,12 @@ from . import _shapes as s
 from . import _wire as w
 from ._content import budget_rule, content_rules
 from ._items import Items
+from ._response import status_rules, terminal_rules, usage_rule
 from ._tools import ToolProgress
 from ._violation import Violation
 
 __all__ = ["Checker", "check"]
 
-# The statuses each lifecycle event's response may carry (R7).
-_STATUS = {
-    "response.created": ("in_progress", "queued"),
-    "response.queued": ("queued",),
-    "response.in_progress": ("in_progress",),
-    "response.completed": ("completed",),
-    "response.incomplete": ("incomplete",),
-    # The SDK's union has no response.cancelled event: a cancelled response ends as failed.
-    "response.failed": ("failed", "cancelled"),
-}
-_USAGE = {
-    "input_tokens": w.INDEX,
-    "output_tokens": w.INDEX,
-    "total_tokens": w.INDEX,
-    "input_tokens_details": w.OBJ,
-    "output_tokens_details": w.OBJ,
-}
 _JSON_SCALARS = (str, int, float, bool, list, type(None))
 # The fast path's deltas: each type's stream, whether it carries `logprobs` (R30), and the field
 # that names its part (None: the item's own text). Its checks are written for exactly these
@@ -360,101 +345,13 @@ class Checker:
                     f"response.id {response_id!r} differs from "
                     f"{self._response_id!r}, the id the stream started with",
                 )
-        self._status(etype, response)
+        status_rules(etype, response, self._report)
         if etype == "response.completed":
-            self._usage(response)
+            usage_rule(response, self._report)
             content_rules(response, self._report)
         if etype in w.TERMINAL:
             budget_rule(response, self._report)
-            self._terminal(response)
-
-    def _status(self, etype: str, response: Mapping[str, Any]) -> None:
-        status = response.get("status")
-        allowed = _STATUS[etype]
-        if status not in allowed:
-            self._report(
-                "R7",
-                f"{etype} must carry status {' or '.join(map(repr, allowed))}, "
-                f"saw {w.short(status)}",
-            )
-        if etype == "response.incomplete":
-            reason = w.get(response.get("incomplete_details"), "reason")
-            if not isinstance(reason, str) or not reason:
-                self._report(
-                    "R7",
-                    "response.incomplete must say why in "
-                    f"incomplete_details.reason, saw {w.short(reason)}",
-                )
-        if etype == "response.failed":
-            error = response.get("error")
-            if not (
-                isinstance(w.get(error, "message"), str) and isinstance(w.get(error, "code"), str)
-            ):
-                self._report(
-                    "R7",
-                    "response.failed must carry error.code and error.message, "
-                    f"saw error={w.short(error)}",
-                )
-
-    def _usage(self, response: Mapping[str, Any]) -> None:
-        usage = response.get("usage")
-        if not isinstance(usage, Mapping):
-            self._report("R8", f"response.completed must carry usage, saw {w.short(usage)}")
-            return
-        problems = []
-        for key, kind in _USAGE.items():
-            why = w.type_error(usage[key], kind) if key in usage else "is missing"
-            if why is not None:
-                problems.append(f"usage.{key} {why}")
-        if not problems:
-            total = usage["input_tokens"] + usage["output_tokens"]
-            if usage["total_tokens"] != total:
-                problems.append(
-                    f"usage.total_tokens is {usage['total_tokens']}, but "
-                    f"input_tokens + output_tokens = {total}"
-                )
-        if problems:
-            self._report("R8", "; ".join(problems))
-
-    def _terminal(self, response: Mapping[str, Any]) -> None:
-        for it in self._items.open_items():
-            parts = it.open_parts()
-            also = f", with {len(parts)} part(s) still open" if parts else ""
-            self._report(
-                "R21", f"{it.describe()} (added at position {it.added_at}) is never done{also}"
-            )
-        output = response.get("output")
-        if not isinstance(output, list):
-            return
-        done = self._items.done_items()
-        pairs = list(zip(output, done, strict=False))
-        if len(output) != len(done):
-            # Positions no longer line up; pair the items by id so one missing item is one report.
-            by_id = {w.get(final, "id"): final for final in output if w.get_str(final, "id")}
-            pairs = [(by_id[it.id], it) for it in done if it.id in by_id]
-            missing = [it.id for it in done if it.id not in by_id]
-            extra = sorted(set(by_id) - {it.id for it in done})
-            self._report(
-                "R22",
-                f"response.output has {len(output)} item(s), but the stream "
-                f"finished {len(done)}; done but not in output: {missing}, "
-                f"in output but never done: {extra}",
-            )
-        for final, it in pairs:
-            where = f"response.output[{_position(output, final)}]"
-            if it.type == "function_call":
-                for key, value in (("call_id", it.call_id), ("name", it.name)):
-                    if w.get(final, key) != value:
-                        self._report(
-                            "R20",
-                            f"{where}.{key} is {w.short(w.get(final, key))}, "
-                            f"but the call was streamed with {value!r}",
-                        )
-            difference = w.first_difference(it.done_item, final, where)
-            if difference is not None:
-                self._report(
-                    "R22", f"{difference} (compared with output_item.done at position {it.done_at})"
-                )
+            terminal_rules(response, self._items, self._report)
 
     def _error(self, position: int, ev: Mapping[str, Any]) -> None:
         message = ev.get("message")
@@ -510,10 +407,6 @@ class Checker:
                 f"sequence_number must be {position} (the event's place in the "
                 f"stream), saw {seen}{more}",
             )
-
-
-def _position(items: list[Any], item: Any) -> int:
-    return next(k for k, candidate in enumerate(items) if candidate is item)
 
 
 def _is_int(value: Any) -> bool:
