@@ -5,6 +5,8 @@ grammar for a model name.
 `ENGINES`; each entry builds an `Engine` from the parsed command line (the options are defined
 in `streamfold/_options.py`). `replay` (the default for serve) replays recorded traces, so the
 server works on a fresh machine with nothing else; `native`, `vllm` and `sglang` run models.
+The `Engine` value itself, what the server reads of any engine, is `_engine.py`'s (re-exported
+here with its errors and `require_engine`).
 """
 
 from __future__ import annotations
@@ -13,7 +15,7 @@ import argparse
 import functools
 import importlib.util
 import logging
-from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
 from importlib import resources
 from pathlib import Path
 from typing import Any
@@ -24,7 +26,6 @@ from streamfold.engines import (
     GenerationRequest,
     ReplaySource,
     TokenChunk,
-    TokenSource,
     TraceDirectorySource,
     TraceFormatError,
     read_trace,
@@ -32,6 +33,7 @@ from streamfold.engines import (
 from streamfold.statemachine import StreamfoldError
 from streamfold.statemachine._grammar import Grammar
 
+from ._engine import Engine, NotAnEngineError, UnknownModelError, require_engine
 from ._loading import LoadingSource
 from .formats import HARMONY, ChatFormat
 from .replay_turns import ROLE_MARKERS, conversation_turn, role_marker, turn_files
@@ -54,112 +56,6 @@ __all__ = [
 
 
 logger = logging.getLogger("streamfold.server")
-
-
-class UnknownModelError(StreamfoldError, LookupError):
-    """A request named a model the engine does not serve; the message lists what it serves."""
-
-
-def _format_grammar(engine: Engine) -> Callable[[str], Grammar]:
-    chat_format = engine.format
-    return lambda model: chat_format.grammar()
-
-
-@attrs.frozen(kw_only=True)
-class Engine:
-    """What the server needs from an engine: a source, the chat format its models speak, and
-    the grammar for a model name (`grammar(model)` raises `UnknownModelError` for a model it
-    does not serve).
-
-    `format` renders the prompt and names the stop ids (`formats.ChatFormat`): the engine
-    names its model family, the server does not guess it. `grammar` defaults to the format's
-    grammar for every model; an engine that reads models differently (replay: each trace's
-    header names its grammar) gives its own, and `format_for`, the chat format of a model
-    whose family is not `format`'s (replay: a think-tag conversation's own chat template);
-    the server asks `chat_format(model)`.
-
-    `max_output_tokens` caps a request that sets none (None: no cap), so that a model that never
-    stops (random weights, a degenerate loop) cannot hold the engine without end.
-
-    `enforces_constraints` says whether the source masks its tokens by a request's
-    `GenerationRequest.decoding` (structured outputs, `tool_choice`): the native engine does;
-    replay serves what was recorded, and the server says so once in its log.
-
-    `keeps_prefixes` says whether the source keeps a prompt's K/V after its request ends (a
-    prefix cache), so that computing a prompt now makes a later one that starts with it
-    cheaper: a WebSocket warm-up (`generate: false`) then prefills its prompt (the native
-    engine with its prefix cache on). Others accept warm-ups and compute nothing."""
-
-    source: TokenSource
-    format: ChatFormat = HARMONY
-    grammar: Callable[[str], Grammar] = attrs.field(
-        default=attrs.Factory(_format_grammar, takes_self=True)
-    )
-    # Run once when the server starts, before it reports ready (`GET /health`); None: ready
-    # at once. `load` builds the engine (`GET /health` says "loading"), `warm_up` then warms
-    # it ("warming").
-    warm_up: Callable[[], Awaitable[object]] | None = None
-    load: Callable[[], Awaitable[object]] | None = None
-    max_output_tokens: int | None = None
-    enforces_constraints: bool = False
-    keeps_prefixes: bool = False
-    #: The model names it serves, for `GET /v1/models`; None: it names none.
-    models: Callable[[], Sequence[str]] | None = None
-    #: The chat format of a model by name (raises `UnknownModelError`); None: `format`.
-    format_for: Callable[[str], ChatFormat] | None = None
-
-    def chat_format(self, model: str) -> ChatFormat:
-        """The chat format `model` is prompted in: `format_for(model)`, else `format`."""
-        return self.format if self.format_for is None else self.format_for(model)
-
-    def reading(self, model: str) -> tuple[Grammar, ChatFormat]:
-        """`model`'s grammar and chat format (`UnknownModelError` for a model not served).
-        One format for every model (no `format_for`) and a grammar of another family (a
-        think-tag `grammar=`, the format left at harmony) prompts the model in the wrong
-        family: logged once per engine and family, naming the fix. Replay (`format_for`)
-        picks each model's format, and a replayed single trace does not read its prompt."""
-        grammar = self.grammar(model)
-        chat_format = self.chat_format(model)
-        family = getattr(grammar, "name", None)
-        if self.format_for is None and family != chat_format.name:
-            key = (id(self), family)
-            if key not in _mismatched:
-                _mismatched.add(key)
-                logger.warning(
-                    "the engine reads model %r with the %r grammar but prompts it in its chat "
-                    "format %r (Engine.format): the model gets that family's prompt and stop "
-                    "ids. Name the model's format: Engine(source=..., format=ChatTemplateFormat"
-                    "(model_dir)) for a think-tag model (streamfold.adapters.formats)",
-                    model,
-                    family,
-                    chat_format.name,
-                )
-        return grammar, chat_format
-
-
-#: (engine id, grammar family) pairs whose mismatch with the engine's format was logged.
-_mismatched: set[tuple[int, object]] = set()
-
-
-class NotAnEngineError(StreamfoldError, TypeError):
-    """Something other than an `Engine` was given where the server wants one (a bare token
-    source); the message says how to wrap it."""
-
-
-def require_engine(engine: object) -> Engine:
-    """`engine`, checked to be an `Engine` (else `NotAnEngineError` saying how to make one)."""
-    if isinstance(engine, Engine):
-        return engine
-    hint = ""
-    if isinstance(engine, TokenSource):
-        hint = (
-            ": it is a token source; wrap it as Engine(source=your_source, grammar=...) "
-            "(or format=..., see streamfold.adapters.formats), from streamfold.adapters.registry"
-        )
-    raise NotAnEngineError(
-        f"create_app() takes a streamfold.adapters.registry.Engine, got "
-        f"{type(engine).__name__}{hint}"
-    )
 
 
 #: `--engine native`'s cap on a request without `max_output_tokens` (`--default-max-output-tokens`).
