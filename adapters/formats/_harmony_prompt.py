@@ -25,7 +25,7 @@ import functools
 import json
 from collections import OrderedDict
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, TypeGuard
 
 import openai_harmony as h
 
@@ -83,11 +83,18 @@ def _developer(request: CreateRequest) -> Any | None:
     content = h.DeveloperContent.new()
     if parts:
         content = content.with_instructions("\n\n".join(parts))
-    functions = [_described(t) for t in tools if not isinstance(t, NamespaceTool)]
+    # A namespace tool named `functions` (Codex's code mode) is harmony's own namespace of
+    # the client's tools: its tools join the request's functions, listed once.
+    functions = [
+        _described(inner)
+        for tool in tools
+        for inner in (tool.tools if _functions(tool) else (tool,))
+        if not isinstance(inner, NamespaceTool)
+    ]
     if functions:
         content = content.with_function_tools(functions)
     for tool in tools:
-        if isinstance(tool, NamespaceTool):
+        if isinstance(tool, NamespaceTool) and not _functions(tool):
             content = content.with_tools(
                 h.ToolNamespaceConfig(
                     name=tool.name,
@@ -96,6 +103,11 @@ def _developer(request: CreateRequest) -> Any | None:
                 )
             )
     return h.Message.from_role_and_content(h.Role.DEVELOPER, content)
+
+
+def _functions(tool: object) -> TypeGuard[NamespaceTool]:
+    """Whether `tool` is a namespace tool named `functions`, harmony's client namespace."""
+    return isinstance(tool, NamespaceTool) and tool.name == "functions"
 
 
 def _described(tool: FunctionTool | CustomTool) -> Any:

@@ -115,9 +115,11 @@ def _grammar_problem(tool: CustomTool) -> str | None:
 def _tool_problems(
     tools: Iterator[tuple[str, object]], labels: set[str]
 ) -> Iterator[tuple[str, str]]:
-    """Names unique among the client's tools and namespaces; custom grammars that compile."""
+    """Names unique among the client's tools and namespaces; custom grammars that compile.
+    A namespace named `functions` is harmony's namespace of the client's own tools (Codex's
+    code mode offers its tools in one): its tools are named among those."""
     seen: dict[str, str] = {}
-    for at, tool in tools:
+    for at, tool in _in_functions(tools):
         if not isinstance(tool, FunctionTool | CustomTool | NamespaceTool):
             continue
         if not tool.name or tool.name in seen:
@@ -143,6 +145,15 @@ def _tool_problems(
             yield from _tool_problems(
                 ((f"{at}.tools[{j}]", inner) for j, inner in enumerate(tool.tools)), set()
             )
+
+
+def _in_functions(tools: Iterator[tuple[str, object]]) -> Iterator[tuple[str, object]]:
+    """`tools`, with those of a namespace named `functions` in its place."""
+    for at, tool in tools:
+        if isinstance(tool, NamespaceTool) and tool.name == "functions":
+            yield from ((f"{at}.tools[{j}]", inner) for j, inner in enumerate(tool.tools))
+        else:
+            yield at, tool
 
 
 def client_tool_problems(request: CreateRequest) -> Iterator[tuple[str, str]]:

@@ -20,6 +20,7 @@ and an unknown channel a message, so its text is shown rather than lost (bug 45)
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from typing import Any, Literal
 
 import attrs
@@ -53,6 +54,9 @@ class HarmonyParse:
 Route = tuple[ItemKind, str | None, str | None, Literal["commentary", "final_answer"] | None]
 
 
+#: harmony's namespace of the client's tools.
+FUNCTIONS = "functions"
+
 #: The function name a client-executed `tool_search` tool is offered to the model as.
 TOOL_SEARCH = "tool_search"
 
@@ -70,10 +74,12 @@ def client_call(tools: tuple[Any, ...], recipient: str) -> Route | None:
     `tool_search_call` when NAME is `tool_search` and no declared tool has that name but the
     client offers a `tool_search` it runs itself; `NS.NAME`, where NS
     is a `namespace` tool, is a call of NAME in NS. An undeclared `functions.NAME` is still
-    a function call (bug 52): only `functions` is the client's namespace by definition.
+    a function call (bug 52): only `functions` is the client's namespace by definition. A
+    `namespace` tool named `functions` (Codex's code mode offers its tools so) adds to that
+    namespace: its tools are called as the request's own are, and their calls name it.
     """
     space, dot, name = recipient.partition(".")
-    if dot and space != "functions":
+    if dot and space != FUNCTIONS:
         for tool in tools:
             if isinstance(tool, m.NamespaceTool) and tool.name == space:
                 for inner in tool.tools:
@@ -88,16 +94,27 @@ def client_call(tools: tuple[Any, ...], recipient: str) -> Route | None:
         return None
     if not dot:
         name = recipient
-    for tool in tools:
+    for tool, space in _functions(tools):
         if isinstance(tool, m.CustomTool) and tool.name == name:
-            return "custom_tool_call", name, None, None
+            return "custom_tool_call", name, space, None
         if isinstance(tool, m.FunctionTool) and tool.name == name:
-            return "function_call", name, None, None
+            return "function_call", name, space, None
     if name == TOOL_SEARCH and any(client_search(tool) for tool in tools):
         return "tool_search_call", None, None, None
     if dot:
         return "function_call", name, None, None
     return None
+
+
+def _functions(tools: tuple[Any, ...]) -> Iterator[tuple[Any, str | None]]:
+    """The tools of harmony's `functions` namespace, each with the namespace its call names:
+    the request's own (None) and those of a `namespace` tool named `functions`."""
+    for tool in tools:
+        if isinstance(tool, m.NamespaceTool) and tool.name == FUNCTIONS:
+            for inner in tool.tools:
+                yield inner, FUNCTIONS
+        else:
+            yield tool, None
 
 
 def _callable(tool: object) -> bool:

@@ -54,6 +54,39 @@ APPLY_PATCH = {
     "format": {"type": "grammar", "syntax": "lark", "definition": PATCH_GRAMMAR},
 }
 PATCH = "*** Begin Patch\n*** Add File: hello.txt\n+hello\n*** End Patch\n"
+#: Codex's code mode (its catalog's `tool_mode: code_mode_only` models, e.g. `gpt-5.6-sol`):
+#: no `tools` at all, every tool in an `additional_tools` item, the client's own ones in a
+#: namespace named `functions` (a `custom` tool `exec` whose input is JavaScript, with a Lark
+#: grammar), others in namespaces of their own.
+EXEC = {
+    "type": "custom",
+    "name": "exec",
+    "description": "Run JavaScript code to orchestrate/compose tool calls",
+    "format": {
+        "type": "grammar",
+        "syntax": "lark",
+        "definition": "start: pragma_source | plain_source\n"
+        "pragma_source: PRAGMA_LINE NEWLINE SOURCE\nplain_source: SOURCE\n"
+        "PRAGMA_LINE: /[ \\t]*\\/\\/ @exec:[^\\r\\n]*/\nNEWLINE: /\\r?\\n/\n"
+        "SOURCE: /[\\s\\S]+/\n",
+    },
+}
+WAIT = {
+    "type": "function",
+    "name": "wait",
+    "description": "Waits on a yielded exec cell.",
+    "strict": False,
+    "parameters": {"type": "object", "properties": {"cell_id": {"type": "string"}}},
+}
+CODE_MODE_TOOLS = {
+    "type": "additional_tools",
+    "role": "developer",
+    "tools": [
+        {"type": "namespace", "name": "functions", "description": "", "tools": [EXEC, WAIT]},
+        SPAWN,
+    ],
+}
+EXEC_JS = 'const r = await tools.exec_command({cmd: "echo hi"});\ntext(r.output);\n'
 SCRIPTS = {
     "spawn": [
         "<|channel|>commentary to=multi_agent_v1.spawn_agent <|constrain|>json"
@@ -70,6 +103,8 @@ SCRIPTS = {
         '<|message|>{"city":"Paris"}<|call|>'
     ],
     "patched": ["<|channel|>final<|message|>patched<|return|>"],
+    "exec": [f"<|channel|>commentary to=functions.exec<|message|>{EXEC_JS}<|call|>"],
+    "executed": ["<|channel|>final<|message|>executed<|return|>"],
 }
 
 
@@ -162,6 +197,44 @@ def test_additional_tools_join_the_request_tools(
     assert "namespace multi_agent_v1 {" in source.prompts("spawn")[0]
 
 
+def test_a_namespace_named_functions_is_harmonys_own(
+    served: tuple[OpenAI, ScriptedAgentSource],
+) -> None:
+    """Codex's code-mode models offer their own tools in a namespace named `functions`, which
+    was a 400 ("not a built-in namespace"), so their first request failed. It is harmony's
+    namespace of the client's tools: its tools are listed with the functions (one
+    `namespace functions`), the model calls them as `functions.NAME`, and the call comes
+    back as the tool's kind (`exec` is a custom tool) naming the namespace the client gave.
+    The request's own tools stay beside them (they were replaced by the namespace's)."""
+    client, source = served
+    first = client.responses.create(
+        model="exec",
+        input=[CODE_MODE_TOOLS, {"role": "user", "content": "say hi"}],  # type: ignore[list-item]
+        tools=[APPLY_PATCH],  # type: ignore[list-item]
+    )
+    (call,) = first.output
+    assert call.type == "custom_tool_call"
+    assert (call.name, call.namespace, call.input) == ("exec", "functions", EXEC_JS)
+    (head,) = source.prompts("exec")
+    assert head.count("namespace functions {") == 1
+    assert "type exec = () => any;" in head and "type wait = (_: {" in head
+    assert "type apply_patch = () => any;" in head
+    assert "namespace multi_agent_v1 {" in head and "@exec:" in head
+    second = client.responses.create(
+        model="executed",
+        input=[
+            CODE_MODE_TOOLS,
+            {"role": "user", "content": "say hi"},
+            call.model_dump(exclude_none=True),
+            {"type": "custom_tool_call_output", "call_id": call.call_id, "output": "hi"},
+        ],  # type: ignore[list-item]
+    )
+    assert second.output_text == "executed"
+    (again,) = source.prompts("executed")
+    assert f"to=functions.exec<|channel|>commentary<|message|>{EXEC_JS}<|call|>" in again
+    assert "<|start|>functions.exec to=assistant<|channel|>commentary<|message|>hi" in again
+
+
 @pytest.mark.parametrize(
     ("tools", "param"),
     [
@@ -180,7 +253,10 @@ def test_additional_tools_join_the_request_tools(
             "tools[0].format.definition",
         ),
         ([SPAWN, {**SPAWN, "description": "again"}], "tools[1].name"),
-        ([{**SPAWN, "name": "functions"}], "tools[0].name"),
+        # A `functions` namespace's tools are named among the request's own (harmony's
+        # namespace of the client's tools): a clash is a 400 at the inner tool.
+        ([SPAWN["tools"][0], {**SPAWN, "name": "functions"}], "tools[1].tools[0].name"),
+        ([{**SPAWN, "name": "browser"}], "tools[0].name"),
         ([{**SPAWN, "name": "a.b"}], "tools[0].name"),
         ([{"type": "custom", "name": "f"}, {"type": "function", "name": "f"}], "tools[1].name"),
         ([{"type": "computer_use_2099"}], "tools[0]"),

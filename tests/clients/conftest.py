@@ -7,8 +7,8 @@ suite from a trace directory written here:
 - `weather`: a conversation directory: turn 0 calls `get_weather`, turn 1 answers from its
   output (a client's default tool loop runs two steps and ends with the answer);
 - `broken`: the engine fails after a few tokens (a `response.failed` with an `error`);
-- `codex_shell`, `gpt-5.5`: Codex's shell loop and its `apply_patch` custom tool
-  (tests/clients/test_codex.py).
+- `codex_shell`, `gpt-5.5`, `gpt-5.6-sol`: Codex's shell loop, its `apply_patch` custom tool
+  and its code mode's `exec` (tests/clients/test_codex.py).
 
 Where a client is not installed the tests say so: they skip with the install command, and fail
 instead when `STREAMFOLD_EXPECT_CLIENTS=1` (CI sets it), so a CI run cannot pass without them.
@@ -84,6 +84,21 @@ CODEX_PATCH_CALL = f"<|channel|>commentary to=functions.apply_patch<|message|>{C
 CODEX_PATCH_ANSWER = "<|channel|>final<|message|>notes.txt now says final.<|return|>"
 CODEX_PATCH_FINAL = "notes.txt now says final."
 
+#: Codex's code mode (`tool_mode: code_mode_only` in its catalog, e.g. `gpt-5.6-sol`): no
+#: `tools`, every tool in an `additional_tools` input item, its own in a namespace named
+#: `functions` whose `exec` custom tool takes JavaScript that calls the nested tools. Turn 0
+#: runs the command through `exec`; turn 1 must see that call and the command's real output.
+CODEX_CODE_MODEL = "gpt-5.6-sol"
+CODEX_EXEC_JS = (
+    'const r = await tools.exec_command({cmd: "echo streamfold-$((6*7))"});\ntext(r.output);\n'
+)
+CODEX_EXEC_CALL = (
+    "<|channel|>analysis<|message|>Run the command through exec.<|end|>"
+    f"<|start|>assistant<|channel|>commentary to=functions.exec<|message|>{CODEX_EXEC_JS}<|call|>"
+)
+CODEX_EXEC_ANSWER = "<|channel|>final<|message|>exec printed streamfold-42.<|return|>"
+CODEX_EXEC_FINAL = "exec printed streamfold-42."
+
 
 #: pydantic-ai's output modes: a `final_result` output tool call (ToolOutput), and the same
 #: JSON as the answer (NativeOutput: `text.format`; PromptedOutput: instructions).
@@ -150,6 +165,15 @@ def write_client_traces(root: Path) -> Path:
         prompt_contains=(
             f"to=functions.apply_patch<|channel|>commentary<|message|>{CODEX_PATCH}<|call|>",
             "Success. Updated the following files:\nM notes.txt",
+        ),
+    )
+    _write(root / CODEX_CODE_MODEL / "0.jsonl", CODEX_EXEC_CALL)
+    _write(
+        root / CODEX_CODE_MODEL / "1.jsonl",
+        CODEX_EXEC_ANSWER,
+        prompt_contains=(
+            f"to=functions.exec<|channel|>commentary<|message|>{CODEX_EXEC_JS}<|call|>",
+            "streamfold-42\n",
         ),
     )
     return root

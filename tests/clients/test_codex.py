@@ -25,6 +25,8 @@ import pytest
 
 from .conftest import (
     CHAT_ANSWER,
+    CODEX_CODE_MODEL,
+    CODEX_EXEC_FINAL,
     CODEX_FINAL,
     CODEX_PATCH_FINAL,
     CODEX_PATCH_MODEL,
@@ -122,6 +124,21 @@ def test_codex_searches_its_tools_then_applies_a_patch(streamfold_url: str, tmp_
     assert [m["text"] for m in _items(events, "agent_message")] == [CODEX_PATCH_FINAL]
     [change] = _items(events, "file_change")
     assert change["status"] == "completed", change
+
+
+@pytest.mark.slow
+def test_codex_code_mode_runs_a_command_through_exec(streamfold_url: str, tmp_path: Path) -> None:
+    """The models of Codex's catalog with `tool_mode: code_mode_only` (`gpt-5.6-sol`) send no
+    `tools`: an `additional_tools` input item holds them all, Codex's own in a namespace
+    named `functions` (a `custom` tool `exec` taking JavaScript, with a Lark grammar, and
+    `wait`), the sub-agent ones in `collaboration`. The first request was a 400 (`functions`
+    refused as a built-in namespace). Turn 0 calls `functions.exec` with a script that runs
+    `exec_command`; Codex runs it (the command execution below) and sends the call and its
+    output back, which turn 1's prompt must hold (`prompt_contains`)."""
+    events = run_codex(streamfold_url, CODEX_CODE_MODEL, "run echo streamfold-$((6*7))", tmp_path)
+    assert [m["text"] for m in _items(events, "agent_message")] == [CODEX_EXEC_FINAL]
+    [command] = _items(events, "command_execution")
+    assert (command["aggregated_output"], command["exit_code"]) == ("streamfold-42\n", 0)
 
 
 @pytest.mark.parametrize(("model", "prompt", "answer"), [
