@@ -94,11 +94,11 @@ def client_call(tools: tuple[Any, ...], recipient: str) -> Route | None:
         return None
     if not dot:
         name = recipient
-    for tool, space in _functions(tools):
+    for tool, named in _functions(tools):
         if isinstance(tool, m.CustomTool) and tool.name == name:
-            return "custom_tool_call", name, space, None
+            return "custom_tool_call", name, named, None
         if isinstance(tool, m.FunctionTool) and tool.name == name:
-            return "function_call", name, space, None
+            return "function_call", name, named, None
     if name == TOOL_SEARCH and any(client_search(tool) for tool in tools):
         return "tool_search_call", None, None, None
     if dot:
