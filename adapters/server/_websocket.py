@@ -10,7 +10,8 @@ events an SSE stream of the same request carries, the same records (`Records`) f
 service, each one JSON text message (with `stream_id` added when the create named one), and
 `error` messages, `{"type": "error", "status", "error": {"type", "code", "message",
 "param"}}`, for a create the server refuses or a message it does not know; the connection
-stays open after them.
+stays open after them. `response.processed` (a client saying it has recorded a response, as
+Codex does) is taken silently: the client reads no reply.
 
 Lanes: creates with the same `stream_id` (or none) are answered one after another, in order;
 different lanes run side by side. At most `ServerLimits.websocket_max_pending` creates are
@@ -141,12 +142,16 @@ class _Connection:
             log.debug("a WebSocket closed before its lifetime's end was said", exc_info=True)
 
     async def _take(self, text: str, tasks: TaskGroup) -> None:
-        """One client message: a create joins its lane's queue; anything else is an error."""
+        """One client message: a create joins its lane's queue; an acknowledgement is taken
+        without a word; anything else is an error."""
         try:
-            lane, create = _create_of(text, self.service.limits)
+            taken = _create_of(text, self.service.limits)
         except RequestError as exc:
             await self._send_json(socket_error(exc))
             return
+        if taken is None:
+            return
+        lane, create = taken
         if self.expired:  # the connection is closing: nothing new starts
             await self._send_json(socket_error(_limit_reached(self.service.limits), lane))
             return
@@ -285,8 +290,9 @@ def _too_many(limits: ServerLimits) -> RequestError:
     )
 
 
-def _create_of(text: str, limits: ServerLimits) -> tuple[str | None, Create]:
-    """A client message as a create (its lane, body and `generate`), or a `RequestError`."""
+def _create_of(text: str, limits: ServerLimits) -> tuple[str | None, Create] | None:
+    """A client message as a create (its lane, body and `generate`), None for a
+    `response.processed` acknowledgement, or a `RequestError`."""
     raw = text.encode("utf-8", "surrogatepass")
     if len(raw) > limits.max_body_bytes:
         raise RequestError(
@@ -296,6 +302,20 @@ def _create_of(text: str, limits: ServerLimits) -> tuple[str | None, Create]:
         )
     message = decode_body(raw)
     kind = message.get("type") if isinstance(message, dict) else None
+    if kind == "response.processed":
+        # Codex sends `{"type": "response.processed", "response_id"}` once it has recorded a
+        # response (its `send_response_processed`, behind a feature flag) and reads no reply:
+        # whatever it reads next it takes for its next create's events, so an answer here
+        # would fail that turn. Nothing of the response is let go (its next create may name
+        # it as `previous_response_id`).
+        if not isinstance(message.get("response_id"), str):
+            raise RequestError(
+                "response.processed needs response_id, the id of the response it "
+                "acknowledges (a string)",
+                param="response_id",
+            )
+        log.debug("response.processed: %s", message["response_id"][:80])
+        return None
     if kind != "response.create":
         raise RequestError(
             f"unknown message type {json.dumps(kind)[:80]}: this server takes response.create",

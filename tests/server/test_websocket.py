@@ -189,6 +189,51 @@ def test_an_unknown_previous_response_is_previous_response_not_found(url: str) -
     assert error.error.param == "previous_response_id"
 
 
+def _socket_events(socket: Any) -> list[dict[str, Any]]:
+    """The messages of one response on a raw socket, up to its terminal event or an error."""
+    events = [json.loads(socket.recv(timeout=10))]
+    while events[-1]["type"] not in ("response.completed", "response.failed", "error"):
+        events.append(json.loads(socket.recv(timeout=10)))
+    return events
+
+
+def test_response_processed_is_taken_without_a_reply(url: str) -> None:
+    """Codex (`send_response_processed`, feature `responses_websocket_response_processed`)
+    acknowledges each response it has recorded with `response.processed`, then sends its
+    next turn on the same socket and reads that turn's events. The server answered the
+    acknowledgement with an `error` ("unknown message type"), which Codex read as the next
+    turn's first event: the turn failed. Now nothing answers it, the next create's events
+    come first, and the acknowledged response is still there to continue. A malformed one
+    (no `response_id`) is still an error naming the param, and the connection lives."""
+    with connect(url.replace("http://", "ws://") + "/v1/responses") as socket:
+        first = {"type": "response.create", "model": "chat", "input": "Hello!", "store": False}
+        socket.send(json.dumps(first))
+        done = _socket_events(socket)[-1]
+        assert done["type"] == "response.completed", done
+        first_id = done["response"]["id"]
+        # As Codex writes it (serde_json: compact, `type` first).
+        socket.send('{"type":"response.processed","response_id":"' + first_id + '"}')
+        second = {
+            "type": "response.create",
+            "model": "chat",
+            "input": "What did I say?",
+            "store": False,
+            "previous_response_id": first_id,
+        }
+        socket.send(json.dumps(second))
+        events = _socket_events(socket)
+        assert events[0]["type"] == "response.created", events[0]
+        assert events[-1]["type"] == "response.completed", events[-1]
+        assert events[-1]["response"]["output"][-1]["content"][0]["text"] == (
+            "You said hello before."
+        )
+        socket.send(json.dumps({"type": "response.processed"}))
+        error = json.loads(socket.recv(timeout=10))
+        assert error["type"] == "error" and error["error"]["param"] == "response_id", error
+        socket.send(json.dumps({"type": "response.create", "model": "greeting", "input": "hi"}))
+        assert _socket_events(socket)[-1]["type"] == "response.completed"
+
+
 def test_a_warm_up_generates_nothing_and_a_later_create_follows_it(url: str) -> None:
     with _client(url).responses.connect() as connection:
         connection.response.create(model="chat", input="Hello!", store=False, generate=False)
