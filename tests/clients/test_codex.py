@@ -144,6 +144,8 @@ def test_codex_code_mode_runs_a_command_through_exec(streamfold_url: str, tmp_pa
 @pytest.mark.parametrize(("model", "prompt", "answer"), [
     ("chat", "say hello", CHAT_ANSWER),
     ("codex_shell", "run echo streamfold-$((6*7))", CODEX_FINAL),
+    # Code mode over the socket (the catalog's code-mode models prefer WebSockets).
+    (CODEX_CODE_MODEL, "run echo streamfold-$((6*7))", CODEX_EXEC_FINAL),
 ])  # fmt: skip
 def test_codex_with_websockets_connects_without_falling_back(
     tmp_path: Path, model: str, prompt: str, answer: str
