@@ -25,6 +25,7 @@ def test_replay_lists_its_traces_and_conversations(tmp_path: Path) -> None:
             "chat",
             "codex_shell",
             "gpt-5.5",  # Codex's apply_patch conversation (tests/clients/conftest.py)
+            "gpt-5.6-sol",  # Codex's code-mode conversation (the same)
             "output_text",
             "output_tool",
             "weather",
