@@ -7,7 +7,14 @@ results in its conversation (`_harmony_tools.py`). `ChatTemplateFormat` (think-t
 Qwen3, DeepSeek-R1): the model's own Hugging Face chat template (`_chat_template.py`).
 """
 
-from ._chat_template import ChatTemplateError, ChatTemplateFormat, chat_messages, writes_harmony
+from ._chat_template import (
+    ChatTemplateError,
+    ChatTemplateFormat,
+    chat_messages,
+    chat_tools,
+    shown_tools,
+    writes_harmony,
+)
 from ._format import ChatFormat
 from ._harmony import HARMONY, HarmonyFormat
 from ._harmony_prompt import render_prompt, stop_token_ids
@@ -32,10 +39,12 @@ __all__ = [
     "call_message",
     "call_token",
     "chat_messages",
+    "chat_tools",
     "continuation",
     "history_messages",
     "message_end_tokens",
     "render_prompt",
+    "shown_tools",
     "stop_token_ids",
     "tool_message",
     "with_server_tools",

@@ -12,8 +12,18 @@ A request becomes the template's messages as the OpenAI chat convention has them
 `instructions` and any `system`/`developer` messages, joined, as one leading `system` message;
 user and assistant messages in order; an earlier `function_call` as an assistant message's
 `tool_calls` entry (its `arguments` parsed to an object where they are JSON, as templates
-expect); a `function_call_output` as a `tool` message. Function tools go to the template's
-`tools` (none under `tool_choice: "none"`).
+expect); a `function_call_output` as a `tool` message.
+
+Tools: every tool the client runs is shown as a function in the template's `tools` (none under
+`tool_choice: "none"`), named as `statemachine/_grammars/chat_tools.py`'s table says, the table
+the think-tag grammar routes the model's calls back by: the request's function and custom
+tools, a namespace's tools as `NS__NAME` (vLLM's flattening; Codex's MCP servers), the tools of
+`additional_tools` items (a code-mode model's `functions` namespace: under their own names) and
+of `tool_search_output` items, and a client-run `tool_search`. A custom tool takes one string
+parameter, `input`. Earlier calls of them are `tool_calls` entries under the same names (a
+custom call's arguments `{"input": ...}`, a tool search's its query); their outputs, and a tool
+search's (`{"loaded": [names]}`, as harmony is shown it), `tool` messages. Two tools shown under
+one name are a 400 naming `tools`.
 
 Reasoning items go to the template too: a reasoning item's text is the next assistant
 message's `reasoning_content` (and `reasoning`: vLLM's chat endpoint hands templates both), the
@@ -34,9 +44,10 @@ reasoning when the template opens `<think>` in the prompt (DeepSeek-R1).
 Structured outputs and `tool_choice`: `constraint_for` writes the request's `Shape` as one
 grammar over the completion (`structured.thinktags_grammar`): free reasoning inside
 `<think>…</think>`, bounded by the budget as harmony's is, then the JSON answer `text.format`
-asks for, or a Hermes `<tool_call>` to a function tool the request shows the model (`required`,
-a named function), its arguments following a strict tool's schema. Custom tools are not shown
-to a think-tag model, so `tool_choice` cannot name one.
+asks for, or a Hermes `<tool_call>` to a function the request shows the model (`required`,
+a named function or custom tool), by its shown name, its arguments following a strict tool's
+schema; a custom tool's are `{"input": "<string>"}` (a custom tool's own grammar, Lark or
+regex, is not enforced inside that string).
 
 Not yet: server-side tools (`namespaces`, `after`: the agent loop) are harmony only.
 """
@@ -51,20 +62,45 @@ from typing import Any, Literal
 import attrs
 
 from streamfold.engines import DecodingConstraint
-from streamfold.statemachine import StreamfoldError, ThinkTagGrammar
+from streamfold.statemachine import (
+    CustomTool,
+    CustomToolGrammar,
+    StreamfoldError,
+    ThinkTagGrammar,
+    ToolSearchTool,
+)
 from streamfold.statemachine._grammar import Grammar
+from streamfold.statemachine._grammars.chat_tools import (
+    CUSTOM_INPUT,
+    TOOL_SEARCH,
+    FlatTool,
+    flat_name,
+    flat_tools,
+)
 
 from ..protocol import (
     CreateRequest,
+    CustomToolCallInput,
+    CustomToolCallOutputInput,
     FunctionCallInput,
     FunctionCallOutputInput,
     MessageInput,
     ReasoningInput,
     RequestError,
+    ToolSearchCallInput,
+    ToolSearchOutputInput,
 )
-from ..structured import ThinkTagTokens, budget_shape, shape_for, thinktags_grammar
+from ..structured import JsonBody, ThinkTagTokens, budget_shape, shape_for, thinktags_grammar
+from ._harmony_prompt import search_function
 
-__all__ = ["ChatTemplateError", "ChatTemplateFormat", "chat_messages", "writes_harmony"]
+__all__ = [
+    "ChatTemplateError",
+    "ChatTemplateFormat",
+    "chat_messages",
+    "chat_tools",
+    "shown_tools",
+    "writes_harmony",
+]
 
 #: Turn end tokens of the common chat templates; those the vocabulary has are stop ids.
 TURN_END_TOKENS = ("<|im_end|>", "<|endoftext|>", "<|eot_id|>", "<｜end▁of▁sentence｜>")
@@ -103,29 +139,49 @@ def chat_messages(request: CreateRequest) -> list[dict[str, Any]]:
                 system.append(item.text)
                 continue
             messages.append({"role": item.role, "content": item.text})
-        elif isinstance(item, FunctionCallInput):
-            call = {
-                "type": "function",
-                "id": item.call_id,
-                "function": {"name": item.name, "arguments": _arguments(item.arguments)},
-            }
-            last = messages[-1] if messages else None
-            if last is not None and last["role"] == "assistant" and "tool_calls" in last:
-                last["tool_calls"].append(call)
-            elif last is not None and last["role"] == "assistant":
-                last["tool_calls"] = [call]
-            else:
-                messages.append({"role": "assistant", "content": "", "tool_calls": [call]})
-        elif isinstance(item, FunctionCallOutputInput):
+        elif isinstance(item, FunctionCallInput | CustomToolCallInput | ToolSearchCallInput):
+            _add_call(messages, _tool_call(item))
+        elif isinstance(item, FunctionCallOutputInput | CustomToolCallOutputInput):
             messages.append({"role": "tool", "content": item.text, "tool_call_id": item.call_id})
+        elif isinstance(item, ToolSearchOutputInput):
+            # The tools it loaded are shown with the request's (`chat_tools`); its output
+            # names them, as harmony's does.
+            loaded = json.dumps({"loaded": [tool.name for tool in item.tools]}, ensure_ascii=False)
+            messages.append({"role": "tool", "content": loaded, "tool_call_id": item.call_id})
         else:
-            continue  # other items have no chat message (custom tools are not shown)
+            continue  # other items have no chat message (`additional_tools`: see `chat_tools`)
         if messages[-1]["role"] == "assistant":
             _attach(messages[-1], reasoning)
         reasoning = []  # a user message or a tool's output ends the turn it thought in
     if system:
         messages.insert(0, {"role": "system", "content": "\n\n".join(system)})
     return messages
+
+
+def _tool_call(item: FunctionCallInput | CustomToolCallInput | ToolSearchCallInput) -> Any:
+    """An earlier call as a `tool_calls` entry, named as its tool is shown (`chat_tools`)."""
+    if isinstance(item, ToolSearchCallInput):
+        name, arguments = TOOL_SEARCH, item.arguments if item.arguments is not None else {}
+    elif isinstance(item, CustomToolCallInput):
+        name, arguments = flat_name(item.namespace, item.name), {CUSTOM_INPUT: item.input}
+    else:
+        name, arguments = flat_name(item.namespace, item.name), _arguments(item.arguments)
+    return {
+        "type": "function",
+        "id": item.call_id,
+        "function": {"name": name, "arguments": arguments},
+    }
+
+
+def _add_call(messages: list[dict[str, Any]], call: Any) -> None:
+    """`call` on the assistant message before it, or on a new one."""
+    last = messages[-1] if messages else None
+    if last is not None and last["role"] == "assistant" and "tool_calls" in last:
+        last["tool_calls"].append(call)
+    elif last is not None and last["role"] == "assistant":
+        last["tool_calls"] = [call]
+    else:
+        messages.append({"role": "assistant", "content": "", "tool_calls": [call]})
 
 
 def _attach(message: dict[str, Any], reasoning: list[str]) -> None:
@@ -138,22 +194,62 @@ def _attach(message: dict[str, Any], reasoning: list[str]) -> None:
     message["reasoning_content"] = message["reasoning"] = text
 
 
-def chat_tools(request: CreateRequest) -> list[dict[str, Any]] | None:
-    """The request's function tools in the chat templates' `tools` shape (None: no tools)."""
+def shown_tools(request: CreateRequest) -> tuple[FlatTool, ...]:
+    """The functions a chat template model is shown for `request` (`chat_tools.py`'s table):
+    its function and custom tools, the tools of its namespaces, of `additional_tools` and
+    `tool_search_output` items, and a `tool_search` it runs itself. None under
+    `tool_choice: "none"`. Two that would be shown under one name are refused (400)."""
     if request.tool_choice == "none":
-        return None
-    tools = [
-        {
-            "type": "function",
-            "function": {
-                "name": tool.name,
-                "description": tool.description or "",
-                "parameters": tool.parameters or {"type": "object", "properties": {}},
-            },
-        }
-        for tool in request.function_tools
-    ]
-    return tools or None
+        return ()
+    searches = (t for t in request.tools if isinstance(t, ToolSearchTool))
+    shown = tuple(flat_tools((*request.client_tools, *searches)))
+    seen: set[str] = set()
+    for tool in shown:
+        if tool.flat in seen:
+            raise RequestError(
+                f"two tools would be shown to this chat template model as the function "
+                f"{tool.flat!r} (a namespace's tool is shown as NAMESPACE__TOOL); rename one",
+                param="tools",
+            )
+        seen.add(tool.flat)
+    return shown
+
+
+def _described(tool: FlatTool) -> dict[str, Any]:
+    """One shown function in the chat templates' `tools` shape."""
+    # A tool search is described as harmony describes it (`functions.tool_search`).
+    inner = search_function(tool.tool) if isinstance(tool.tool, ToolSearchTool) else tool.tool
+    parameters: Any
+    if isinstance(inner, CustomTool):
+        description, parameters = custom_description(inner), CUSTOM_PARAMETERS
+    else:
+        description = inner.description or ""
+        parameters = inner.parameters or {"type": "object", "properties": {}}
+    function = {"name": tool.flat, "description": description, "parameters": parameters}
+    return {"type": "function", "function": function}
+
+
+#: A custom tool's one parameter, its free-text input.
+CUSTOM_PARAMETERS: dict[str, Any] = {
+    "type": "object",
+    "properties": {CUSTOM_INPUT: {"type": "string", "description": "the tool's input, as text"}},
+    "required": [CUSTOM_INPUT],
+}
+
+
+def custom_description(tool: CustomTool) -> str:
+    lines = [tool.description] if tool.description else []
+    lines.append(f"Freeform tool: pass its whole input as the string `{CUSTOM_INPUT}`.")
+    if isinstance(tool.format, CustomToolGrammar):
+        lines.append(f"The input must follow this {tool.format.syntax} grammar:")
+        lines += tool.format.definition.splitlines()
+    return "\n".join(lines)
+
+
+def chat_tools(request: CreateRequest) -> list[dict[str, Any]] | None:
+    """The functions `request` shows the model (`shown_tools`) in the chat templates' `tools`
+    shape (None: no tools)."""
+    return [_described(tool) for tool in shown_tools(request)] or None
 
 
 def writes_harmony(model_dir: str | Path) -> bool | None:
@@ -176,6 +272,23 @@ def writes_harmony(model_dir: str | Path) -> bool | None:
     if not isinstance(template, str) or not template:
         return None
     return "<|channel|>" in template
+
+
+def _recipient(tool: FlatTool) -> str:
+    """The harmony recipient `structured.shape_for` names a shown function's calls by."""
+    return f"{tool.namespace or 'functions'}.{tool.name or TOOL_SEARCH}"
+
+
+#: A custom tool's arguments: its input as one string (a grammar of its own is not enforced
+#: inside the JSON string).
+_CUSTOM_BODY = JsonBody(
+    schema={
+        "type": "object",
+        "properties": {CUSTOM_INPUT: {"type": "string"}},
+        "required": [CUSTOM_INPUT],
+        "additionalProperties": False,
+    }
+)
 
 
 class ChatTemplateFormat:
@@ -310,13 +423,26 @@ class ChatTemplateFormat:
         free and bounded by the budget, then the answer or call the request allows."""
         shape = shape_for(request, after_call=after_call)
         if shape.calls is not None:
-            # The model is shown the request's function tools (`chat_tools`), and only those.
-            shown = {f"functions.{tool.name}" for tool in request.function_tools}
-            calls = tuple(call for call in shape.calls if call.recipient in shown)
+            # The model calls the functions it is shown (`shown_tools`) by their shown names:
+            # each allowed call (named as harmony names it) becomes a call of that function, a
+            # custom tool's input the string `input` of its arguments.
+            shown = {_recipient(tool): tool for tool in shown_tools(request)}
+            calls = tuple(
+                attrs.evolve(
+                    call,
+                    recipient=f"functions.{shown[call.recipient].flat}",
+                    body=_CUSTOM_BODY
+                    if shown[call.recipient].kind == "custom_tool_call"
+                    else call.body,
+                )
+                for call in shape.calls
+                if call.recipient in shown
+            )
             if shape.answer is None and not calls:
                 raise RequestError(
                     "tool_choice asks for a call to a tool a think-tag model is not shown (it "
-                    "is shown the request's function tools only)",
+                    "is shown the client's function, custom and namespace tools; server-side "
+                    "tools are harmony only)",
                     param="tool_choice",
                 )
             shape = attrs.evolve(shape, calls=calls)

@@ -53,7 +53,7 @@ from ..protocol import (
 )
 from ._harmony_tools import history_messages, with_server_tools
 
-__all__ = ["render_prompt", "stop_token_ids"]
+__all__ = ["render_prompt", "search_function", "stop_token_ids"]
 
 #: Responses efforts onto harmony's three: below `low` is `low`, above `high` is `high`.
 EFFORT = {

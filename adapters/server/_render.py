@@ -74,6 +74,8 @@ def _render_or_error(chat_format: ChatFormat, job: _Job) -> tuple[int, ...] | Re
         return job.render(chat_format)
     except (KeyboardInterrupt, SystemExit):
         raise
+    except RequestError as exc:  # the format refused the request itself: its own param
+        return exc
     except BaseException as exc:  # pyo3's PanicException is a BaseException
         return _failure(exc)
 

@@ -33,7 +33,11 @@ opens its `function_call` item once its name and the start of its arguments obje
 then streams the arguments text as the model writes it; from then on the call is committed
 (its arguments are what the model wrote, valid JSON or not, as with harmony). It closes when
 its arguments value does; what follows up to `</tool_call>` (the `}`) is markup. As in vLLM's
-hermes parser, the first `</tool_call>` ends a call, even inside a JSON string. A body that
+hermes parser, the first `</tool_call>` ends a call, even inside a JSON string. The call's
+name is routed by the response's tools as the chat format showed them (`chat_tools.py`): a
+namespace's tool (`NS__NAME`) is a `function_call` naming its namespace, `tool_search` a
+`tool_search_call`, and a custom tool's call a `custom_tool_call` whose input is the `input`
+string of its arguments, so it is read whole at `</tool_call>`. A body that
 never gets there is read whole at `</tool_call>`; if it is not a call, `<tool_call>`, the body
 and `</tool_call>` are message text, in the same message as the text around them (the message
 is closed only when a call really opens).
@@ -64,9 +68,10 @@ import attrs
 from .._errors import ReducerUsageError
 from .._fast import replacer
 from .._grammar import ResponseState, close_open, open_next, replace_state
-from .._items import ItemKind, Out, append_text, append_text_with_logprobs
+from .._items import ItemKind, OpenItem, Out, append_text, append_text_with_logprobs
 from .._text import Rope, decode_utf8, flush_utf8, rope_items, rope_text
 from .._vocab import Vocabulary
+from .chat_tools import custom_input, flat_call
 from .hermes import HEAD_LIMIT, ArgumentsScan, match_head, parse_call
 
 __all__ = ["ThinkTagGrammar", "ThinkTagParse", "ToolCallParse"]
@@ -311,18 +316,20 @@ class ThinkTagGrammar:
         if call.streamable:
             head = call.head + text[: HEAD_LIMIT - len(call.head)]
             found = match_head(head)
-            if found is not None:
+            tool = None if found is None else flat_call(state.response.tools, found[0])
+            if found is not None and (tool is None or tool.kind != "custom_tool_call"):
                 name, start = found
                 body = rope_text(call.body)  # at most HEAD_LIMIT + one token, once per call
                 state = _close(state, out)
                 # The body is a call: the tokens it came from are not message text.
                 parse = replace_parse(state.parse, awaiting=None, reading=None)
                 state = replace_state(state, parse=parse)
-                item = open_next(out, state, "function_call", name=name)
-                state = replace_state(state, open=item)
+                state = replace_state(state, open=_open_call(state, out, name))
                 call = ToolCallParse(phase="arguments")
                 return _stream_arguments(state, out, call, body[start:])
-            call = replace_call(call, head=head, streamable=len(head) < HEAD_LIMIT)
+            # A custom tool's input is a string inside the JSON: read at `</tool_call>`.
+            streamable = found is None and len(head) < HEAD_LIMIT
+            call = replace_call(call, head=head, streamable=streamable)
         return replace_state(state, parse=replace_parse(state.parse, call=call))
 
     def _end_call(self, state: ResponseState, out: Out, *, closed: bool) -> ResponseState:
@@ -340,7 +347,9 @@ class ThinkTagGrammar:
         name, arguments = parsed
         state = _close(state, out)
         state = replace_state(state, parse=replace_parse(state.parse, awaiting=None, reading=None))
-        item = open_next(out, state, "function_call", name=name)
+        item = _open_call(state, out, name)
+        if item.kind == "custom_tool_call":
+            arguments = custom_input(arguments)
         state = replace_state(state, open=append_text(out, item, arguments))
         return _close(state, out)
 
@@ -358,6 +367,17 @@ class ThinkTagGrammar:
             if state.parse.mode == "tool":
                 state = self._end_call(state, out, closed=False)
         return replace_state(state, parse=ThinkTagParse(mode=state.parse.mode))
+
+
+def _open_call(state: ResponseState, out: Out, called: str) -> OpenItem:
+    """The item of a call of the function `called`, routed by the response's tools as the
+    chat format showed them (`chat_tools.py`): a namespace's, a custom tool's, a tool search."""
+    tool = flat_call(state.response.tools, called)
+    if tool is None:
+        return open_next(out, state, "function_call", name=called)
+    if tool.kind == "tool_search_call":
+        return open_next(out, state, "tool_search_call")
+    return open_next(out, state, tool.kind, name=tool.name, namespace=tool.namespace)
 
 
 def _close(state: ResponseState, out: Out) -> ResponseState:

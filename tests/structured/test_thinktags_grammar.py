@@ -331,11 +331,74 @@ def test_free_requests_get_no_constraint(chat_format: ChatTemplateFormat) -> Non
 
 
 def test_a_tool_the_model_is_not_shown_cannot_be_required(chat_format: ChatTemplateFormat) -> None:
-    custom = {"type": "custom", "name": "apply_patch"}
-    fields = {"tools": [custom], "tool_choice": {"type": "custom", "name": "apply_patch"}}
+    """Server-side tools are harmony's: a think-tag model is not shown them."""
+    hosted = {"type": "code_interpreter", "container": {"type": "auto"}}
+    fields = {"tools": [hosted], "tool_choice": {"type": "code_interpreter"}}
     with pytest.raises(RequestError, match="not shown") as raised:
         chat_format.constraint_for(_request(fields))
     assert raised.value.param == "tool_choice"
+
+
+NAMESPACED = {
+    "type": "namespace",
+    "name": "mcp__w",
+    "description": "Weather.",
+    "tools": [{"type": "function", "name": "get_weather", "parameters": WEATHER, "strict": True}],
+}
+PATCHER = {"type": "custom", "name": "apply_patch"}
+
+
+def _hermes(name: str, arguments: str) -> str:
+    return f'<tool_call>\n{{"name": "{name}", "arguments": {arguments}}}\n</tool_call><|im_end|>'
+
+
+@pytest.mark.parametrize(
+    ("fields", "completion", "accepted"),
+    [
+        # A namespace's tool is called by the name it is shown (`NS__NAME`), its schema held.
+        (
+            {"tools": [NAMESPACED], "tool_choice": "required"},
+            _hermes("mcp__w__get_weather", '{"city":"Paris"}'),
+            True,
+        ),
+        (
+            {"tools": [NAMESPACED], "tool_choice": "required"},
+            _hermes("get_weather", '{"city":"Paris"}'),
+            False,
+        ),
+        (
+            {"tools": [NAMESPACED], "tool_choice": "required"},
+            _hermes("mcp__w__get_weather", '{"town":"Paris"}'),
+            False,
+        ),
+        # A custom tool: one string `input`.
+        (
+            {"tools": [PATCHER], "tool_choice": {"type": "custom", "name": "apply_patch"}},
+            _hermes("apply_patch", '{"input":"*** Begin"}'),
+            True,
+        ),
+        (
+            {"tools": [PATCHER], "tool_choice": {"type": "custom", "name": "apply_patch"}},
+            _hermes("apply_patch", '{"patch":"x"}'),
+            False,
+        ),
+        (
+            {"tools": [PATCHER, *TOOLS], "tool_choice": {"type": "custom", "name": "apply_patch"}},
+            _hermes("get_time", '{"zone":"UTC"}'),
+            False,
+        ),
+    ],
+)
+def test_namespace_and_custom_tools_are_required_by_their_shown_names(
+    chat_format: ChatTemplateFormat,
+    model_dir: Path,
+    fields: dict[str, Any],
+    completion: str,
+    accepted: bool,
+) -> None:
+    """Bug: `tool_choice` naming a custom tool (or `required` with a namespace's tools only)
+    was a 400, "not shown": the model was shown top-level functions only."""
+    assert _accepts(chat_format, fields, _encode(model_dir, completion)) is accepted
 
 
 ALPHABET = "<>/thinkoolcal_x \n"
