@@ -1,0 +1,167 @@
+"""Issues 31/36: a think-tag model's `<tool_call>` routed by the response's tools, however the
+text is tokenized.
+
+The chat format shows a namespace's tool as `NS__NAME`, a custom tool as a function of one
+string `input`, a client-run tool search as `tool_search` (`_grammars/chat_tools.py`); the
+grammar reads the call back as the tool's item. A custom tool's input is the decoded string,
+read whole at `</tool_call>` (it lies inside JSON), so it must come out the same whatever the
+tokenization, any string it is (quotes, escapes, newlines, tags' pieces, non-ASCII), and a
+response cut before `</tool_call>` must show a prefix of the full one. Every stream is judged
+by the checker, the SDK's models and its accumulator.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from hypothesis import given
+from hypothesis import strategies as st
+from openai import omit
+from openai.lib.streaming.responses._responses import ResponseStreamState
+
+from streamfold.specs import check, format_report
+from streamfold.specs.strategies_thinktags import tokenizations
+from streamfold.statemachine import (
+    CustomTool,
+    FunctionTool,
+    NamespaceTool,
+    Response,
+    ToolSearchTool,
+    finish,
+    start,
+    step,
+    to_wire,
+)
+from streamfold.statemachine._grammar import ResponseState
+from tests.sdk_oracle import validate_with_sdk
+from tests.statemachine.thinktags_helpers import (
+    GRAMMAR,
+    INDEX,
+    PROPERTY,
+    terminal_output,
+    texts_by_delta,
+)
+
+TOOLS = (
+    NamespaceTool(
+        name="mcp__x",
+        tools=(FunctionTool(name="f"), CustomTool(name="c")),
+    ),
+    CustomTool(name="apply_patch"),
+    NamespaceTool(name="functions", tools=(CustomTool(name="exec"), FunctionTool(name="wait"))),
+    ToolSearchTool(execution="client"),
+)
+#: name the model calls -> (item type, its name, its namespace)
+ROUTES: dict[str, tuple[str, str | None, str | None]] = {
+    "mcp__x__f": ("function_call", "f", "mcp__x"),
+    "mcp__x__c": ("custom_tool_call", "c", "mcp__x"),
+    "apply_patch": ("custom_tool_call", "apply_patch", None),
+    "exec": ("custom_tool_call", "exec", "functions"),
+    "wait": ("function_call", "wait", "functions"),
+    "tool_search": ("tool_search_call", None, None),
+    "elsewhere": ("function_call", "elsewhere", None),
+}
+#: Text a custom tool's input may hold: JSON's escapes, tags' pieces, non-ASCII.
+_INPUT = st.lists(
+    st.sampled_from([*'ab "\\\n\t/{}<>', "é", "🎉", "</think", "<tool_", "\u2028"]),
+    max_size=30,
+).map("".join)
+
+
+def _run(tokens: list[int], reason: str = "stop") -> list[Any]:
+    response = Response(
+        id="resp_route", created_at=1, model="qwen3", status="in_progress", tools=TOOLS
+    )
+    state: ResponseState
+    state, events = start(GRAMMAR, response)
+    for token in tokens:
+        state, new = step(state, token)
+        events.extend(new)
+    _, new = finish(state, reason, "engine failed" if reason == "error" else None)  # type: ignore[arg-type]
+    return [*events, *new]
+
+
+@st.composite
+def _calls(draw: st.DrawFn) -> tuple[str, str, Any]:
+    """A completion ending in a call, the name it calls, and what the item must hold."""
+    called = draw(st.sampled_from(sorted(ROUTES)))
+    kind = ROUTES[called][0]
+    text = draw(_INPUT)
+    arguments: Any = {"input": text} if kind == "custom_tool_call" else {"q": text}
+    raw = json.dumps(arguments, ensure_ascii=draw(st.booleans()))
+    space = draw(st.sampled_from(["", " ", "\n"]))
+    body = f'{space}{{"name": {json.dumps(called)}, "arguments": {raw}}}{space}'
+    completion = f"<think>\nCall {called}.\n</think>\n\n<tool_call>{body}</tool_call>"
+    expected: Any = text if kind == "custom_tool_call" else raw
+    if kind == "tool_search_call":
+        expected = arguments
+    return completion, called, expected
+
+
+def assert_sound(events: list[Any]) -> None:
+    """Conformant by the checker, every event valid for the SDK, the SDK's accumulator agreeing
+    with the terminal response, and a call's deltas adding up to its text."""
+    violations = check(events)
+    assert not violations, format_report(violations, event_count=len(events))
+    accumulator: ResponseStreamState[object] = ResponseStreamState(
+        input_tools=omit, text_format=omit
+    )
+    for event in events:
+        accumulator.handle_event(validate_with_sdk(to_wire(event)))  # type: ignore[arg-type]
+    snapshot = accumulator._ResponseStreamState__current_snapshot  # type: ignore[attr-defined]
+    final = terminal_output(events)
+    assert [item.id for item in snapshot.output] == [item["id"] for item in final]
+    deltas = texts_by_delta(events)
+    for item in final:
+        if item["type"] in ("function_call", "custom_tool_call"):
+            assert deltas.get(item["id"], "") == _held(item)
+
+
+def _held(item: dict[str, Any]) -> Any:
+    return item.get("input", item.get("arguments"))
+
+
+@PROPERTY
+@given(call=_calls(), data=st.data())
+def test_a_call_becomes_its_tools_item_however_tokenized(
+    call: tuple[str, str, Any], data: st.DataObject
+) -> None:
+    completion, called, expected = call
+    events = _run(data.draw(tokenizations(completion, INDEX)))
+    assert_sound(events)
+    item = terminal_output(events)[-1]
+    kind, name, namespace = ROUTES[called]
+    assert (item["type"], item.get("name"), item.get("namespace")) == (kind, name, namespace)
+    assert _held(item) == expected
+    other = _run(data.draw(tokenizations(completion, INDEX)))
+    assert terminal_output(other) == terminal_output(events)
+
+
+@PROPERTY
+@given(
+    call=_calls(),
+    cut=st.integers(min_value=0),
+    reason=st.sampled_from(["length", "abort", "error"]),
+    data=st.data(),
+)
+def test_a_cut_call_shows_a_prefix_of_the_full_one(
+    call: tuple[str, str, Any], cut: int, reason: str, data: st.DataObject
+) -> None:
+    completion = call[0]
+    tokens = data.draw(tokenizations(completion, INDEX))
+    full = terminal_output(_run(tokens))
+    events = _run(tokens[: cut % (len(tokens) + 1)], reason)
+    assert_sound(events)
+    short = terminal_output(events)
+    assert len(short) <= len(full)
+    for index, (item, whole) in enumerate(zip(short, full, strict=False)):
+        assert (item["type"], item["id"], item.get("name")) == (
+            whole["type"],
+            whole["id"],
+            whole.get("name"),
+        )
+        if index < len(short) - 1:
+            assert item == whole
+        elif item["type"] in ("function_call", "custom_tool_call"):
+            assert _held(whole).startswith(_held(item))
