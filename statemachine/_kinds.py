@@ -222,8 +222,10 @@ def _tool_search_call(
     if status != "in_progress" and text.strip():
         try:
             arguments = json.loads(text)
-        except json.JSONDecodeError:
-            arguments = text  # not JSON: the text the model wrote, as it wrote it
+            # A lone surrogate escape (`"\ud83d"`) decodes to a str no UTF-8 wire can carry.
+            json.dumps(arguments, ensure_ascii=False).encode("utf-8")
+        except (json.JSONDecodeError, UnicodeEncodeError):
+            arguments = text  # not JSON (or not text): what the model wrote, as it wrote it
     return m.ResponseToolSearchCall(
         id=item.item_id,
         call_id=item.call_id or "",

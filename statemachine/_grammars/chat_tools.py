@@ -27,6 +27,7 @@ name (a model that calls an undeclared function is answered as harmony's is, bug
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Iterable, Iterator
 from typing import Any
 
@@ -123,4 +124,9 @@ def custom_input(arguments: str) -> str:
         value = value.get(CUSTOM_INPUT, next(iter(value.values())))
     elif isinstance(value, dict) and CUSTOM_INPUT in value:
         value = value[CUSTOM_INPUT]
-    return value if isinstance(value, str) else json.dumps(value, ensure_ascii=False)
+    text = value if isinstance(value, str) else json.dumps(value, ensure_ascii=False)
+    # A lone surrogate escape (`"\ud83d"`) decodes to a character no UTF-8 wire can carry.
+    return _LONE_SURROGATE.sub("\ufffd", text)
+
+
+_LONE_SURROGATE = re.compile("[\ud800-\udfff]")

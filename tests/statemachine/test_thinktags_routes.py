@@ -165,3 +165,20 @@ def test_a_cut_call_shows_a_prefix_of_the_full_one(
             assert item == whole
         elif item["type"] in ("function_call", "custom_tool_call"):
             assert _held(whole).startswith(_held(item))
+
+
+def test_a_lone_surrogate_escape_in_a_call_is_carried_on_the_wire() -> None:
+    """Bug: `"\\ud83d"` alone in a custom tool's input, or in a tool search's arguments, decoded
+    to a string UTF-8 cannot encode, and framing the response's events raised
+    UnicodeEncodeError. The input shows U+FFFD in its place; the search's arguments stay the
+    text the model wrote."""
+    from streamfold.statemachine import sse_event
+
+    custom = '<tool_call>{"name": "apply_patch", "arguments": {"input": "a\\ud83d b"}}</tool_call>'
+    search = '<tool_call>{"name": "tool_search", "arguments": {"query": "\\ud83d"}}</tool_call>'
+    for text, held in ((custom, "a\ufffd b"), (search, '{"query": "\\ud83d"}')):
+        events = _run([INDEX.ids[bytes([b])] for b in text.encode()])
+        for event in events:
+            sse_event(event)
+        assert_sound(events)
+        assert _held(terminal_output(events)[-1]) == held
