@@ -37,7 +37,8 @@ hermes parser, the first `</tool_call>` ends a call, even inside a JSON string. 
 name is routed by the response's tools as the chat format showed them (`chat_tools.py`): a
 namespace's tool (`NS__NAME`) is a `function_call` naming its namespace, `tool_search` a
 `tool_search_call`, and a custom tool's call a `custom_tool_call` whose input is the `input`
-string of its arguments, so it is read whole at `</tool_call>`. A body that
+string of its arguments, decoded as it streams once they read `{"input": "` (`hermes.py`;
+arguments of another shape are read whole at `</tool_call>`). A body that
 never gets there is read whole at `</tool_call>`; if it is not a call, `<tool_call>`, the body
 and `</tool_call>` are message text, in the same message as the text around them (the message
 is closed only when a call really opens).
@@ -72,7 +73,7 @@ from .._items import ItemKind, OpenItem, Out, append_text, append_text_with_logp
 from .._text import Rope, decode_utf8, flush_utf8, rope_items, rope_text
 from .._vocab import Vocabulary
 from .chat_tools import custom_input, flat_call
-from .hermes import HEAD_LIMIT, ArgumentsScan, match_head, parse_call
+from .hermes import HEAD_LIMIT, ArgumentsScan, StringScan, input_start, match_head, parse_call
 
 __all__ = ["ThinkTagGrammar", "ThinkTagParse", "ToolCallParse"]
 
@@ -84,14 +85,15 @@ BLANK_LIMIT = 256
 
 @attrs.frozen(kw_only=True)
 class ToolCallParse:
-    """A call body being read: `head` until the name is known, then `arguments`, then
-    `trailer` (what follows the arguments value up to `</tool_call>`, which is markup)."""
+    """A call body being read: `head` until the name is known, then `arguments` (or a custom
+    tool's `input` string), then `trailer` (what follows up to `</tool_call>`: markup)."""
 
-    phase: Literal["head", "arguments", "trailer"] = "head"
+    phase: Literal["head", "arguments", "input", "trailer"] = "head"
     body: Rope = None  # the whole body so far, for the buffered path
     head: str = ""  # its first HEAD_LIMIT characters, where the name must be
     streamable: bool = True  # false once the head is full and did not match
     scan: ArgumentsScan = attrs.field(factory=ArgumentsScan)
+    string: StringScan = attrs.field(factory=StringScan)
 
 
 @attrs.frozen(kw_only=True)
@@ -312,30 +314,40 @@ class ThinkTagGrammar:
             return state
         if call.phase == "arguments":
             return _stream_arguments(state, out, call, text)
+        if call.phase == "input":
+            return _stream_input(state, out, call, text)
         call = replace_call(call, body=(call.body, text))
         if call.streamable:
             head = call.head + text[: HEAD_LIMIT - len(call.head)]
             found = match_head(head)
-            tool = None if found is None else flat_call(state.response.tools, found[0])
-            if found is not None and (tool is None or tool.kind != "custom_tool_call"):
+            waiting = found is None
+            if found is not None:
                 name, start = found
-                body = rope_text(call.body)  # at most HEAD_LIMIT + one token, once per call
-                state = _close(state, out)
-                # The body is a call: the tokens it came from are not message text.
-                parse = replace_parse(state.parse, awaiting=None, reading=None)
-                state = replace_state(state, parse=parse)
-                state = replace_state(state, open=_open_call(state, out, name))
-                call = ToolCallParse(phase="arguments")
-                return _stream_arguments(state, out, call, body[start:])
-            # A custom tool's input is a string inside the JSON: read at `</tool_call>`.
-            streamable = found is None and len(head) < HEAD_LIMIT
+                tool = flat_call(state.response.tools, name)
+                # A custom tool's input streams once its arguments read `{"input": "`.
+                custom = tool is not None and tool.kind == "custom_tool_call"
+                at = input_start(head[start:]) if custom else 0
+                if at is not None and at >= 0:
+                    body = rope_text(call.body)  # at most HEAD_LIMIT + one token, once per call
+                    state = _close(state, out)
+                    # The body is a call: the tokens it came from are not message text.
+                    parse = replace_parse(state.parse, awaiting=None, reading=None)
+                    state = replace_state(state, parse=parse)
+                    state = replace_state(state, open=_open_call(state, out, name))
+                    if custom:
+                        call = ToolCallParse(phase="input")
+                        return _stream_input(state, out, call, body[start + at :])
+                    call = ToolCallParse(phase="arguments")
+                    return _stream_arguments(state, out, call, body[start:])
+                waiting = at is None  # else arguments of another shape: read whole
+            streamable = waiting and len(head) < HEAD_LIMIT
             call = replace_call(call, head=head, streamable=streamable)
         return replace_state(state, parse=replace_parse(state.parse, call=call))
 
     def _end_call(self, state: ResponseState, out: Out, *, closed: bool) -> ResponseState:
         """`</tool_call>` (closed) or a `stop` inside the body: emit what the body was."""
         call: ToolCallParse = state.parse.call
-        if call.phase == "arguments":
+        if call.phase in ("arguments", "input"):
             return _close(state, out)
         if call.phase == "trailer":
             return state
@@ -473,4 +485,18 @@ def _stream_arguments(
         call = ToolCallParse(phase="trailer")
     else:
         call = replace_call(call, scan=scan)
+    return replace_state(state, parse=replace_parse(state.parse, call=call))
+
+
+def _stream_input(state: ResponseState, out: Out, call: ToolCallParse, text: str) -> ResponseState:
+    """A custom tool's input string, decoded as it streams, up to its closing quote."""
+    scan, decoded, _, closed = call.string.feed(text)
+    if decoded:
+        state = replace_state(state, open=append_text(out, state.open, decoded))  # type: ignore[arg-type]
+    if closed:
+        # The input is complete whatever follows before `</tool_call>` (`}}`: markup).
+        state = _close(state, out)
+        call = ToolCallParse(phase="trailer")
+    else:
+        call = replace_call(call, string=scan)
     return replace_state(state, parse=replace_parse(state.parse, call=call))

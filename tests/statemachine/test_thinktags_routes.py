@@ -182,3 +182,22 @@ def test_a_lone_surrogate_escape_in_a_call_is_carried_on_the_wire() -> None:
             sse_event(event)
         assert_sound(events)
         assert _held(terminal_output(events)[-1]) == held
+
+
+def test_a_custom_tools_input_streams_and_a_cut_keeps_what_came() -> None:
+    """The input is decoded as it arrives (one delta per byte-token here, an escape cut between
+    tokens held until it can be read), not held until `</tool_call>`; a response cut inside
+    it keeps the input so far, as a harmony custom call does."""
+    value = 'say "hi" 🎉\n'
+    text = json.dumps({"name": "apply_patch", "arguments": {"input": value}}, ensure_ascii=True)
+    tokens = [INDEX.ids[bytes([b])] for b in f"<tool_call>{text}</tool_call>".encode()]
+    events = _run(tokens)
+    assert_sound(events)
+    deltas = [e.delta for e in events if e.type == "response.custom_tool_call_input.delta"]
+    assert "".join(deltas) == value and len(deltas) > len(value) // 2
+    assert "🎉" in deltas  # its twelve-character escape, held whole
+    cut_at = len(b'<tool_call>{"name": "apply_patch", "arguments": {"input": "say \\"h')
+    cut = _run(tokens[:cut_at], "length")
+    assert_sound(cut)
+    [item] = terminal_output(cut)
+    assert (item["type"], item["input"]) == ("custom_tool_call", 'say "h')
