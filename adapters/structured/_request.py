@@ -145,12 +145,27 @@ def shape_for(request: CreateRequest, *, after_call: bool = False) -> Shape:
         free = isinstance(answer, TextBody) and not strict
         return Shape(answer=answer, calls=None if free else calls)
     if choice == "required":
-        return Shape(answer=None, calls=calls)
+        return _callable(Shape(answer=None, calls=calls))
     if isinstance(choice, ToolChoiceAllowed):
         allowed = tuple(call for call, entry in offered if entry in choice.tools)
-        return Shape(answer=answer if choice.mode == "auto" else None, calls=allowed)
+        return _callable(Shape(answer=answer if choice.mode == "auto" else None, calls=allowed))
     named = tuple(_mcp_named(call, choice) for call, entry in offered if _named(choice, entry))
-    return Shape(answer=None, calls=named)
+    return _callable(Shape(answer=None, calls=named))
+
+
+def _callable(shape: Shape) -> Shape:
+    """`shape`, unless it forces a call and offers none: `required` with no tools, or a
+    `tool_choice` naming only tools the server left out of the prompt (hosted tools it does
+    not run, `agent._config.served_tools`). A 400 naming `tool_choice`, never a grammar that
+    allows nothing."""
+    if shape.answer is None and not shape.calls:
+        raise RequestError(
+            "tool_choice asks for a tool call, but the request offers the model no tool it "
+            "allows (none in tools, or only hosted tools this server does not run, which are "
+            "left out of the prompt)",
+            param="tool_choice",
+        )
+    return shape
 
 
 def check_bodies(request: CreateRequest) -> None:
