@@ -78,7 +78,8 @@ def _system(request: CreateRequest, namespaces: Sequence[Any] = ()) -> Any:
 
 def _developer(request: CreateRequest) -> Any | None:
     parts, tools = _developer_parts(request)
-    if not parts and not tools:
+    formats = _response_formats(request)
+    if not parts and not tools and formats is None:
         return None
     content = h.DeveloperContent.new()
     if parts:
@@ -102,7 +103,29 @@ def _developer(request: CreateRequest) -> Any | None:
                     tools=[_described(inner) for inner in tool.tools],
                 )
             )
-    return h.Message.from_role_and_content(h.Role.DEVELOPER, content)
+    if formats is None:
+        return h.Message.from_role_and_content(h.Role.DEVELOPER, content)
+    # harmony's place for a structured output: `# Response Formats` at the end of the
+    # developer message, after its tools (openai/harmony docs/format.md), so the model is in
+    # distribution; openai-harmony has no field for it, so it is a text content after them.
+    lead = "\n\n" if parts or tools else ""
+    return h.Message.from_role_and_contents(
+        h.Role.DEVELOPER, [content, h.TextContent(text=lead + formats)]
+    )
+
+
+def _response_formats(request: CreateRequest) -> str | None:
+    """The `# Response Formats` section for the request's `text.format`, or None. The grammar
+    (`structured.harmony_grammar`) is what holds the answer to it."""
+    fmt = request.text.format if request.text is not None else None
+    if isinstance(fmt, FormatJsonSchema):
+        about = f"// {fmt.description}\n" if fmt.description else ""
+        return f"# Response Formats\n\n## {fmt.name}\n\n{about}" + json.dumps(
+            fmt.schema, separators=(",", ":")
+        )
+    if isinstance(fmt, FormatJsonObject):
+        return "# Response Formats\n\nAnswer with one JSON object."
+    return None
 
 
 def _functions(tool: object) -> TypeGuard[NamespaceTool]:
@@ -136,18 +159,6 @@ def _developer_parts(request: CreateRequest) -> tuple[list[str], list[Any]]:
             for item in request.input
             if isinstance(item, MessageInput) and item.role in ("system", "developer")
         ]
-    fmt = request.text.format if request.text is not None else None
-    if isinstance(fmt, FormatJsonSchema):
-        # harmony's place for a structured output: `# Response Formats` in the developer
-        # message (openai/harmony docs/format.md), so the model is in distribution; the
-        # grammar (`structured.harmony_grammar`) is what holds it.
-        about = f"// {fmt.description}\n" if fmt.description else ""
-        parts.append(
-            f"# Response Formats\n\n## {fmt.name}\n\n{about}"
-            + json.dumps(fmt.schema, separators=(",", ":"))
-        )
-    elif isinstance(fmt, FormatJsonObject):
-        parts.append("# Response Formats\n\nAnswer with one JSON object.")
     # tool_choice "none": the model must not call tools, so it is not shown any.
     if request.tool_choice == "none":
         return parts, []
@@ -318,8 +329,9 @@ def _head(request: CreateRequest) -> tuple[int, ...] | None:
     effort = (request.reasoning and request.reasoning.effort) or "medium"
     parts, tools = _developer_parts(request)
     described = tuple(_key(tool) for tool in tools)
-    key = (effort, tuple(parts), described)
-    if sum(map(len, parts)) + sum(len(a) + len(b) + len(c) for a, b, c in described) > (
+    formats = _response_formats(request) or ""
+    key = (effort, tuple(parts), described, formats)
+    if len(formats) + sum(map(len, parts)) + sum(len(a) + len(b) + len(c) for a, b, c in described) > (
         _HEAD_KEY_CHARS
     ):
         return None

@@ -184,3 +184,36 @@ def test_only_short_heads_are_kept_and_only_so_many(monkeypatch: pytest.MonkeyPa
     request = parse_create_request({"model": "m", "input": "x", "instructions": long})
     assert render_prompt(request) == _harmony_render(request)
     assert all(long not in key[1] for key in prompt_module._heads)
+
+
+PET = {
+    "type": "object",
+    "properties": {"name": {"type": "string"}},
+    "required": ["name"],
+    "additionalProperties": False,
+}
+
+
+@pytest.mark.parametrize("tools", [[], [TOOL]])
+@pytest.mark.parametrize(
+    "input", ["hi", [{"role": "assistant", "content": "earlier"}, {"role": "user", "content": "hi"}]]
+)
+def test_the_response_format_ends_the_developer_message(tools: list[Any], input: object) -> None:
+    """Issue 30, item 1: harmony puts `# Response Formats` "at the end of the developer
+    message" (openai/harmony docs/format.md, the cookbook's Structured output), after its
+    `# Tools`. Bug pinned: it was rendered inside the instructions, before the tools, so a
+    request with tools and a `text.format` (pydantic-ai's NativeOutput with its tools) was
+    prompted out of harmony's order. Both renders (the kept head and openai-harmony's)."""
+    fmt = {"type": "json_schema", "name": "pet", "description": "A pet.", "schema": PET}
+    text = prompt(input=input, instructions="Be brief.", tools=tools, text={"format": fmt})
+    developer = text.split("<|start|>developer<|message|>")[1].split("<|end|>")[0]
+    formats = (
+        '# Response Formats\n\n## pet\n\n// A pet.\n{"type":"object","properties":{"name":'
+        '{"type":"string"}},"required":["name"],"additionalProperties":false}'
+    )
+    assert developer.startswith("# Instructions\n\nBe brief.\n\n")
+    assert developer.endswith("\n\n" + formats), developer
+    if tools:
+        assert developer.index("# Tools") < developer.index("# Response Formats")
+    alone = prompt(input=input, text={"format": {"type": "json_object"}})
+    assert "<|start|>developer<|message|># Response Formats\n\nAnswer with one JSON object.<|end|>" in alone
