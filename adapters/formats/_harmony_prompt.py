@@ -331,9 +331,8 @@ def _head(request: CreateRequest) -> tuple[int, ...] | None:
     described = tuple(_key(tool) for tool in tools)
     formats = _response_formats(request) or ""
     key = (effort, tuple(parts), described, formats)
-    if len(formats) + sum(map(len, parts)) + sum(len(a) + len(b) + len(c) for a, b, c in described) > (
-        _HEAD_KEY_CHARS
-    ):
+    size = len(formats) + sum(map(len, parts))
+    if size + sum(len(a) + len(b) + len(c) for a, b, c in described) > _HEAD_KEY_CHARS:
         return None
     ids = _heads.get(key)
     if ids is None:

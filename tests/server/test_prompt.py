@@ -196,7 +196,8 @@ PET = {
 
 @pytest.mark.parametrize("tools", [[], [TOOL]])
 @pytest.mark.parametrize(
-    "input", ["hi", [{"role": "assistant", "content": "earlier"}, {"role": "user", "content": "hi"}]]
+    "input",
+    ["hi", [{"role": "assistant", "content": "earlier"}, {"role": "user", "content": "hi"}]],
 )
 def test_the_response_format_ends_the_developer_message(tools: list[Any], input: object) -> None:
     """Issue 30, item 1: harmony puts `# Response Formats` "at the end of the developer
@@ -216,4 +217,5 @@ def test_the_response_format_ends_the_developer_message(tools: list[Any], input:
     if tools:
         assert developer.index("# Tools") < developer.index("# Response Formats")
     alone = prompt(input=input, text={"format": {"type": "json_object"}})
-    assert "<|start|>developer<|message|># Response Formats\n\nAnswer with one JSON object.<|end|>" in alone
+    only = "<|start|>developer<|message|># Response Formats\n\nAnswer with one JSON object.<|end|>"
+    assert only in alone

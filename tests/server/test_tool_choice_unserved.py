@@ -67,7 +67,12 @@ def test_a_tool_choice_nothing_can_meet_is_a_400_naming_it(
 def test_allowed_tools_in_auto_mode_still_answers(url: str) -> None:
     """Not over-refused: `auto` lets the model answer when the only allowed tool is gone."""
     choice = {"type": "allowed_tools", "mode": "auto", "tools": [{"type": "web_search_preview"}]}
-    body = {"model": "m", "input": "hi", "tool_choice": choice, "tools": [F, {"type": "web_search_preview"}]}
+    body = {
+        "model": "m",
+        "input": "hi",
+        "tool_choice": choice,
+        "tools": [F, {"type": "web_search_preview"}],
+    }
     with httpx.Client(timeout=30) as client:
         reply = client.post(f"{url}/v1/responses", json=body)
     assert reply.status_code == 200, reply.text
