@@ -131,6 +131,7 @@ ITEM_FIELDS: dict[str, dict[str, str]] = {
     "mcp_list_tools": {"id": STR, "server_label": STR, "tools": LIST},
     "mcp_approval_request": {"id": STR, "name": STR, "arguments": STR, "server_label": STR},
     "custom_tool_call": {"call_id": STR, "name": STR, "input": STR},
+    "tool_search_call": {"id": STR, "arguments": ANY, "execution": STR, "status": STR},
 }
 
 
