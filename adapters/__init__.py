@@ -1,13 +1,15 @@
 """streamfold.adapters: token sources to Responses on the wire.
 
 From the ground up: the protocol layer (`protocol/`: the request model, input items, tool
-parameters), the chat formats (`formats/`: one object per model family), the one
-chunk-to-step loop (`_stepping.py`) and the driver over a live source (`driver.py`), engines by
-name (`registry.py`), the agent loop (`agent/`) and the HTTP server (`server/`). The token
-sources themselves (vLLM, SGLang, the native engine) live in `streamfold.engines`; the names
-below are re-exported from there for their old import path; the vLLM and SGLang ones on first
-use, so that importing any module of this package (`streamfold replay` and `check` import the
-driver and the formats) does not load the engine modules (about 4 ms of the CLI's start).
+parameters), structured outputs (`structured/`: what a request asks the model to write, as
+the grammar a decoding constraint enforces), the chat formats (`formats/`: one object per model
+family), the one chunk-to-step loop (`_stepping.py`) and the driver over a live source
+(`driver.py`), engines by name (`registry.py`), the agent loop (`agent/`) and the HTTP server
+(`server/`). The token sources themselves (vLLM, SGLang, the native engine) live in
+`streamfold.engines`; the names below are re-exported from there for their old import path;
+the vLLM and SGLang ones on first use, so that importing any module of this package
+(`streamfold replay` and `check` import the driver and the formats) does not load the engine
+modules (about 4 ms of the CLI's start).
 """
 
 from typing import TYPE_CHECKING, Any

@@ -9,7 +9,7 @@ header. The phases and what each token does in them:
 | content      | ignored                | close item → expect                        | close item → header | close item → header (bug 41) | ignored | delta                  |
 | expect_start | ignored                | ignored: EOS (bug 39)                      | → header        | → header (role implied) | ignored      | → header (stray text)  |
 
-A header decides the item (see `_header.py` for the lenient parsing): `to=functions.NAME` on any
+A header decides the item (see `harmony_header.py` for the lenient parsing): `to=functions.NAME` on any
 channel (or a bare declared function name) is a function call (bug 52, 53), `to=browser.*` a web
 search call, `to=python` a code interpreter call, any other recipient an MCP call (unless
 `ignore_recipients_without_tools` and the response declares no tools: bug 54) or, for a tool

@@ -18,7 +18,7 @@ still being read, one match over at most `HEAD_LIMIT` characters: nothing is re-
 | reasoning | `</think>`     | reasoning delta | close the reasoning → text                      |
 |           | `<think>`      |                 | before any reasoning text: dropped (the prompt  |
 |           |                |                 | opened it, bug 22); later: literal reasoning    |
-| tool      | `</tool_call>` | call body       | end the call (see `_hermes.py`) → text          |
+| tool      | `</tool_call>` | call body       | end the call (see `hermes.py`) → text          |
 
 Every other tag-like text is literal text of the mode it is in (a stray `</think>` in the
 answer, `<tool_call>` inside reasoning). Special tokens whose text is not a tag (`<|im_end|>`,
