@@ -12,8 +12,10 @@ anywhere.
 - **R31**: with a strict `json_schema` `text.format`, the last message's text parses as JSON
   and validates against the schema (`json_object`: parses as a JSON object); a strict function
   tool's call arguments validate against its `parameters`.
-- **R32**: `tool_choice` holds: `required` → at least one call; a named function (or
-  `allowed_tools`) → only calls to those; `none` → no call.
+- **R32**: `tool_choice` holds: `required` → at least one call; a named tool (function,
+  custom tool, MCP server or one of its tools, hosted tool) → at least one call, and only to
+  it; `allowed_tools` → only calls to those (at least one in `required` mode); `none` → no
+  call.
 
 Schemas are validated with `jsonschema` (Draft 2020-12) where it is installed; without it, R31
 checks only that the JSON parses.
@@ -28,8 +30,25 @@ from typing import Any
 __all__ = ["budget_rule", "content_rules"]
 
 Report = Callable[[str, str], None]
+#: A hosted tool's call item, and the `tool_choice` types that name its tool.
+_HOSTED_CALLS: dict[str, tuple[str, ...]] = {
+    "web_search_call": (
+        "web_search",
+        "web_search_preview",
+        "web_search_preview_2025_03_11",
+        "web_search_2025_08_26",
+    ),
+    "code_interpreter_call": ("code_interpreter",),
+    "file_search_call": ("file_search",),
+    "image_generation_call": ("image_generation",),
+    "computer_call": ("computer", "computer_use", "computer_use_preview"),
+    "local_shell_call": ("local_shell",),
+    "shell_call": ("shell",),
+    "apply_patch_call": ("apply_patch",),
+    "tool_search_call": ("tool_search",),
+}
 _CALLS = frozenset(
-    {"function_call", "custom_tool_call", "mcp_call", "web_search_call", "code_interpreter_call"}
+    {"function_call", "custom_tool_call", "mcp_call", "mcp_approval_request", *_HOSTED_CALLS}
 )
 
 
@@ -115,6 +134,22 @@ def _strict_call_rule(tools: list[Any], output: list[Any], report: Report) -> No
             report("R31", f"strict function {item.get('name')!r}: {problem}")
 
 
+def _names(entry: Mapping[str, Any], call: Mapping[str, Any]) -> bool:
+    """Whether the `tool_choice` entry `entry` (a named choice, or one of `allowed_tools`'
+    tools) names the tool `call` called."""
+    kind, called = entry.get("type"), call.get("type")
+    if kind in ("function", "custom"):
+        wanted = "function_call" if kind == "function" else "custom_tool_call"
+        return called == wanted and call.get("name") == entry.get("name")
+    if kind == "mcp":
+        return (
+            called in ("mcp_call", "mcp_approval_request")
+            and call.get("server_label") == entry.get("server_label")
+            and entry.get("name") in (None, call.get("name"))
+        )
+    return kind in _HOSTED_CALLS.get(str(called), ())
+
+
 def _choice_rule(choice: Any, output: list[Any], report: Report) -> None:
     calls = [i for i in output if isinstance(i, Mapping) and i.get("type") in _CALLS]
     if choice == "none":
@@ -122,25 +157,23 @@ def _choice_rule(choice: Any, output: list[Any], report: Report) -> None:
             report("R32", f"tool_choice is none but the response made {len(calls)} call(s)")
         return
     required = choice == "required"
-    names: set[str] | None = None
+    entries: list[Mapping[str, Any]] | None = None
     if isinstance(choice, Mapping):
-        if choice.get("type") == "function":
-            required, names = True, {str(choice.get("name"))}
-        elif choice.get("type") == "allowed_tools":
+        if choice.get("type") == "allowed_tools":
             required = choice.get("mode") == "required"
-            names = {
-                str(t.get("name"))
-                for t in choice.get("tools") or []
-                if isinstance(t, Mapping) and t.get("type") == "function"
-            }
+            entries = [t for t in choice.get("tools") or [] if isinstance(t, Mapping)]
+        else:  # a named function, custom tool, MCP server (or its tool), or hosted tool
+            required, entries = True, [choice]
     if required and not calls:
         report("R32", f"tool_choice {json.dumps(choice)} asks for a call; the response made none")
-    if names is not None:
+    if entries is not None:
         for call in calls:
-            if call.get("type") == "function_call" and call.get("name") not in names:
+            if not any(_names(entry, call) for entry in entries):
+                called = call.get("name") or call.get("type")
                 report(
                     "R32",
-                    f"tool_choice allows {sorted(names)}; the response called {call.get('name')!r}",
+                    f"tool_choice {json.dumps(choice)} allows only those tools; the response "
+                    f"called {called!r} ({call.get('type')})",
                 )
 
 

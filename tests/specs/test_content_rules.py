@@ -105,3 +105,71 @@ def test_output_over_the_echoed_budget_is_r33_issue36() -> None:
     found = check(over)
     assert [v.rule for v in found] == ["R33"]
     assert str(used) in found[0].message
+
+
+FN = {"type": "function_call", "name": "w", "arguments": "{}", "call_id": "c1"}
+CUSTOM = {"type": "custom_tool_call", "name": "patch", "input": "x", "call_id": "c2"}
+OTHER_CUSTOM = {**CUSTOM, "name": "shell"}
+MCP = {"type": "mcp_call", "server_label": "docs", "name": "search", "arguments": "{}"}
+SEARCH = {"type": "web_search_call", "status": "completed", "action": {"type": "search"}}
+MESSAGE = _answer("hi")["output"][0]
+
+#: (tool_choice, output, whether R32 holds it broken). Bug pinned (issue 30, item 6: "named/
+#: allowed -> only those"): R32 read only function names, so a named custom tool, MCP server or
+#: hosted tool answered with a plain message, or a call to another tool kind, passed unseen.
+NAMED = [
+    ({"type": "custom", "name": "patch"}, [CUSTOM], False),
+    ({"type": "custom", "name": "patch"}, [MESSAGE], True),
+    ({"type": "custom", "name": "patch"}, [OTHER_CUSTOM], True),
+    ({"type": "custom", "name": "patch"}, [FN], True),
+    ({"type": "function", "name": "w"}, [FN], False),
+    ({"type": "function", "name": "w"}, [CUSTOM], True),
+    ({"type": "mcp", "server_label": "docs"}, [MCP], False),
+    ({"type": "mcp", "server_label": "docs"}, [MESSAGE], True),
+    ({"type": "mcp", "server_label": "web"}, [MCP], True),
+    ({"type": "mcp", "server_label": "docs", "name": "search"}, [MCP], False),
+    ({"type": "mcp", "server_label": "docs", "name": "fetch"}, [MCP], True),
+    ({"type": "web_search_preview"}, [SEARCH], False),
+    ({"type": "web_search_preview"}, [MESSAGE], True),
+    ({"type": "web_search_preview"}, [FN], True),
+    (
+        {
+            "type": "allowed_tools",
+            "mode": "required",
+            "tools": [{"type": "custom", "name": "patch"}],
+        },
+        [CUSTOM],
+        False,
+    ),
+    (
+        {
+            "type": "allowed_tools",
+            "mode": "required",
+            "tools": [{"type": "custom", "name": "patch"}],
+        },
+        [OTHER_CUSTOM],
+        True,
+    ),
+    (
+        {
+            "type": "allowed_tools",
+            "mode": "auto",
+            "tools": [{"type": "mcp", "server_label": "docs"}],
+        },
+        [MESSAGE],
+        False,
+    ),
+    (
+        {"type": "allowed_tools", "mode": "auto", "tools": [{"type": "function", "name": "w"}]},
+        [MCP],
+        True,
+    ),
+]
+
+
+@pytest.mark.parametrize(("choice", "output", "broken"), NAMED)
+def test_every_named_and_allowed_form_holds_only_its_tools(
+    choice: dict[str, Any], output: list[Any], broken: bool
+) -> None:
+    rules = [r[:3] for r in _rules({"output": output, "tool_choice": choice})]
+    assert rules == (["R32"] if broken else []), (choice, output, rules)
