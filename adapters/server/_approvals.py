@@ -18,12 +18,13 @@ from collections.abc import Sequence
 from typing import Any
 
 from ..agent._config import Approval
-from ..protocol import RequestError
+from ..protocol import INPUT_ITEM_PREFIX, RequestError
 from ._store import ApprovalStore, EventStore
 
 __all__ = ["check_approvals"]
 
-_PREFIX = "mcpr_"
+#: An approval request's id prefix, the kinds table's (`statemachine/_kinds.py`).
+_PREFIX = f"{INPUT_ITEM_PREFIX['mcp_approval_request']}_"
 
 
 def _asking_response(approval_id: str) -> str | None:
