@@ -164,6 +164,10 @@ async def prepare(
     max_output_tokens = request.max_output_tokens
     if max_output_tokens is None:
         max_output_tokens = engine.max_output_tokens
+    # The grammar is budgeted against the budget the generation runs under, the engine's
+    # default included (a request sent without one): reasoning left unbounded under a cap it
+    # does not know could spend the whole cap and never reach the answer.
+    budgeted = attrs.evolve(request, max_output_tokens=max_output_tokens)
     sampling = SamplingParams(
         temperature=1.0 if request.temperature is None else request.temperature,
         top_p=1.0 if request.top_p is None else request.top_p,
@@ -195,7 +199,7 @@ async def prepare(
         max_output_tokens=max_output_tokens,
         sampling=sampling,
         stop_token_ids=chat_format.stop_token_ids(),
-        decoding=chat_format.constraint_for(request),
+        decoding=chat_format.constraint_for(budgeted),
     )
     if generation.decoding is not None and not engine.enforces_constraints:
         if id(engine) not in _unenforced:
@@ -223,7 +227,7 @@ async def prepare(
         agent=agent,
         prompts=prompts,
         after_call=(
-            None if agent is None else chat_format.constraint_for(request, after_call=True)
+            None if agent is None else chat_format.constraint_for(budgeted, after_call=True)
         ),
         conversation_id=conversation,
         conversation_input=appended,
