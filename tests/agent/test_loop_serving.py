@@ -33,6 +33,11 @@ from .mcp_server import McpServerRun, running_mcp_server
 from .scripted import ScriptedAgentSource
 
 ANSWER = "<|channel|>final<|message|>Done.<|return|>"
+#: A generation that calls the MCP server's `weather`, then one that answers.
+CALL_THEN_ANSWER = [
+    '<|channel|>commentary to=demo.weather <|constrain|>json<|message|>{"city": "Paris"}<|call|>',
+    ANSWER,
+]
 #: An input of over 200 prompt tokens, over a limit of 100.
 LONG_INPUT = " ".join(["word"] * 200)
 #: How long the slow MCP server takes to list its tools.
@@ -43,6 +48,7 @@ LIST_DELAY = 3.0
 class Served:
     client: OpenAI
     mcp: McpServerRun
+    source: ScriptedAgentSource
 
     def mcp_tool(self) -> dict[str, Any]:
         return {
@@ -55,13 +61,13 @@ class Served:
 
 @contextlib.contextmanager
 def served(*, list_delay: float = 0.0, limits: ServerLimits | None = None) -> Iterator[Served]:
-    source = ScriptedAgentSource({"m": [ANSWER]})
+    source = ScriptedAgentSource({"m": [ANSWER], "call": CALL_THEN_ANSWER})
     with running_mcp_server(list_delay=list_delay) as mcp:
         config = AgentConfig(mcp_allow=(mcp.url + "/",), limits=ToolLimits(call_seconds=20))
         app = create_app(source.engine(), store=MemoryEventStore(), agent=config, limits=limits)
         with serve(app) as url:
             client = OpenAI(base_url=f"{url}/v1", api_key="x", max_retries=0, timeout=60)
-            yield Served(client=client, mcp=mcp)
+            yield Served(client=client, mcp=mcp, source=source)
 
 
 @pytest.fixture(scope="module")
@@ -249,3 +255,28 @@ def test_a_client_that_leaves_while_a_server_lists_ends_the_listing_in_the_log(
         "response.mcp_list_tools.failed",
         "response.output_item.done",
     ]
+
+
+def test_the_prompt_after_a_call_is_held_to_the_input_token_limit_as_a_whole() -> None:
+    """Every prompt of the loop, however far it has grown, is held to `max_input_tokens`
+    (`_render.py`): the prompt after a call is the one before it, the generated call and the
+    tool's message. A limit between the first prompt's length and the second's lets the first
+    generation run and ends the response `failed`, saying so, where the second would begin (a
+    continuation counted alone, without the prompt it extends, fits any limit)."""
+    with served() as free:
+        free.client.responses.create(model="call", input="go", tools=[free.mcp_tool()])
+        first, second = (len(r.prompt_token_ids) for r in free.source.requests)
+    assert first < second
+    with served(limits=ServerLimits(max_input_tokens=(first + second) // 2)) as limited:
+        with limited.client.responses.stream(
+            model="call", input="go", tools=[limited.mcp_tool()]
+        ) as stream:
+            events = list(stream)
+        assert len(limited.source.requests) == 1
+    assert_conformant(events)
+    response = events[-1].response
+    assert response.status == "failed"
+    assert [item.type for item in response.output] == ["mcp_list_tools", "mcp_call"]
+    assert response.output[1].output == "Sunny in Paris, 21 C"
+    assert f"the prompt is {second} tokens long" in response.error.message
+    assert f"this server's limit is {(first + second) // 2} tokens" in response.error.message
