@@ -93,11 +93,16 @@ def build_sglang_engine(model: str, **server_args: Any) -> SGLangTokenSource:
     """Start a real `sglang.Engine(model_path=model, **server_args)`; needs SGLang and a GPU.
 
     It blocks for the whole model load; `streamfold serve` calls it in a worker thread, where
-    SGLang leaves the process's signal handlers alone (entrypoints/engine.py:1971-1992)."""
+    SGLang leaves the process's signal handlers alone (entrypoints/engine.py:1971-1992).
+
+    The grammar backend is llguidance unless `server_args` names another: the grammars this
+    source sends as `ebnf` are llguidance Lark (token references, `%json`), which SGLang's
+    default backend (xgrammar) cannot compile."""
     try:
         import sglang
     except ImportError as exc:
         raise EngineNotInstalledError(engine="sglang", extra="sglang", cause=exc) from exc
+    server_args.setdefault("grammar_backend", "llguidance")
     return SGLangTokenSource(sglang.Engine(model_path=model, **server_args))
 
 

@@ -380,6 +380,31 @@ def test_build_without_sglang_names_the_install() -> None:
         build_sglang_engine("openai/gpt-oss-20b")
 
 
+@pytest.mark.parametrize(
+    ("given", "expected"), [({}, "llguidance"), ({"grammar_backend": "xgrammar"}, "xgrammar")]
+)
+def test_the_engine_is_built_with_the_llguidance_grammar_backend(
+    monkeypatch: pytest.MonkeyPatch, given: dict[str, Any], expected: str
+) -> None:
+    """Issue 30, item 4. Bug pinned: `streamfold serve --engine sglang` built
+    `sglang.Engine` with SGLang's default grammar backend (xgrammar), which cannot read the
+    llguidance Lark the server sends as `ebnf` (token references, `%json`), so a constrained
+    request could not be enforced on an engine marked as enforcing. Now llguidance unless the
+    operator names another backend (`--engine-arg grammar_backend=...`)."""
+    import sys
+    import types
+
+    seen: dict[str, Any] = {}
+
+    def engine(**server_args: Any) -> FakeSGLangEngine:
+        seen.update(server_args)
+        return FakeSGLangEngine({})
+
+    monkeypatch.setitem(sys.modules, "sglang", types.SimpleNamespace(Engine=engine))
+    build_sglang_engine("openai/gpt-oss-20b", **given)
+    assert seen == {"model_path": "openai/gpt-oss-20b", "grammar_backend": expected}
+
+
 async def test_a_requests_grammar_goes_to_sglang_as_ebnf_from_the_first_token() -> None:
     """Structured outputs (issue 30): the grammar goes as `ebnf` (llguidance Lark under
     `--grammar-backend llguidance`), marked as describing the reasoning too."""
