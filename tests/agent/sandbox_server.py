@@ -21,6 +21,8 @@ from .scripted import ScriptedAgentSource
 
 
 class CodeScripts(Mapping[str, list[str]]):
+    """A request's `model` is the code to run (base64url): call python with it, then answer."""
+
     def __getitem__(self, model: str) -> list[str]:
         code = base64.urlsafe_b64decode(model.encode()).decode()
         return [

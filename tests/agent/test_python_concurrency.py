@@ -16,7 +16,6 @@ from __future__ import annotations
 import base64
 import socket
 import threading
-from collections.abc import Iterator, Mapping
 from concurrent.futures import ThreadPoolExecutor
 
 import attrs
@@ -26,26 +25,10 @@ from streamfold.adapters.agent import AgentConfig, PythonLimits, PythonTool
 from streamfold.adapters.server import MemoryEventStore, create_app
 from tests.server.serving import serve
 
+from .sandbox_server import CodeScripts
 from .scripted import ScriptedAgentSource
 
 CAP, MORE = 2, 3  # N slots, N + k concurrent requests
-
-
-class CodeScripts(Mapping[str, list[str]]):
-    """A request's `model` is the code to run (base64url): call python with it, then answer."""
-
-    def __getitem__(self, model: str) -> list[str]:
-        code = base64.urlsafe_b64decode(model.encode()).decode()
-        return [
-            f"<|channel|>analysis to=python code<|message|>{code}<|call|>",
-            "<|channel|>final<|message|>done<|return|>",
-        ]
-
-    def __iter__(self) -> Iterator[str]:
-        return iter(())
-
-    def __len__(self) -> int:
-        return 0
 
 
 @attrs.define

@@ -110,20 +110,23 @@ def test_codex_searches_its_tools_then_applies_a_patch(streamfold_url: str, tmp_
     Turn 1 patches: the call is a `custom_tool_call` whose `input` is the raw patch; Codex
     applies it to the file in its working directory (`--sandbox workspace-write`: its default
     sandbox is read-only) and turn 2, whose prompt must hold the patch's real output, answers."""
-    notes = tmp_path / "notes.txt"
+    events = patch_notes(streamfold_url, tmp_path)
+    assert [m["text"] for m in _items(events, "agent_message")] == [CODEX_PATCH_FINAL]
+
+
+def patch_notes(url: str, workdir: Path) -> list[dict[str, Any]]:
+    """Codex asked to mark `notes.txt` final (in `workdir`, its sandbox `workspace-write`: the
+    default is read-only), with a model of its catalog that gets `apply_patch`: the file is
+    patched and its change completed. Codex's events."""
+    notes = workdir / "notes.txt"
     notes.write_text("title: streamfold\nstatus: draft\n", encoding="utf-8")
     events = run_codex(
-        streamfold_url,
-        CODEX_PATCH_MODEL,
-        "mark notes.txt final",
-        tmp_path,
-        "--sandbox",
-        "workspace-write",
+        url, CODEX_PATCH_MODEL, "mark notes.txt final", workdir, "--sandbox", "workspace-write"
     )
     assert notes.read_text(encoding="utf-8") == "title: streamfold\nstatus: final\n"
-    assert [m["text"] for m in _items(events, "agent_message")] == [CODEX_PATCH_FINAL]
     [change] = _items(events, "file_change")
     assert change["status"] == "completed", change
+    return events
 
 
 @pytest.mark.slow

@@ -21,11 +21,11 @@ from typing import Any
 
 import pytest
 
-from streamfold.engines import TokenChunk, dump_trace
 from tests.adapters.chat_template_model import QWEN3_TEMPLATE, build_model_dir
+from tests.server.test_replay_thinktags import write_conversation
 
 from .conftest import CODEX_CODE_MODEL, CODEX_EXEC_JS, CODEX_PATCH, CODEX_PATCH_MODEL, serving
-from .test_codex import _items, run_codex
+from .test_codex import _items, patch_notes, run_codex
 
 transformers = pytest.importorskip("transformers")
 
@@ -44,21 +44,7 @@ def _answer(thought: str, text: str) -> str:
 
 def _conversation(model_dir: Path, turns: list[tuple[str, tuple[str, ...]]]) -> None:
     """Each turn: what the model writes, and what its prompt must hold (`prompt_contains`)."""
-    tokenizer = transformers.AutoTokenizer.from_pretrained(str(model_dir))
-    for turn, (text, contains) in enumerate(turns):
-        ids = tokenizer.encode(text, add_special_tokens=False)
-        head: dict[str, Any] = {
-            "trace": 1,
-            "grammar": "thinktags",
-            "tokenizer": "tokenizer.json",
-            "response_id": f"resp_turn{turn}",
-            "model": model_dir.name,
-            "created_at": 1,
-        }
-        if contains:
-            head["prompt_contains"] = list(contains)
-        chunks = [TokenChunk(token_ids=(token,)) for token in ids]
-        (model_dir / f"{turn}.jsonl").write_text(dump_trace(head, chunks, "stop"), "utf-8")
+    write_conversation(model_dir, [text for text, _ in turns], contains=[c for _, c in turns])
 
 
 def _shown(name: str) -> str:
@@ -126,17 +112,5 @@ def test_codex_searches_and_patches_through_a_think_tag_model(
 ) -> None:
     """`tool_search` comes back a `tool_search_call`, `apply_patch` (a `custom` tool with a
     Lark grammar) a `custom_tool_call` whose input is the raw patch, which Codex applies."""
-    notes = tmp_path / "notes.txt"
-    notes.write_text("title: streamfold\nstatus: draft\n", encoding="utf-8")
-    events = run_codex(
-        thinktags_url,
-        CODEX_PATCH_MODEL,
-        "mark notes.txt final",
-        tmp_path,
-        "--sandbox",
-        "workspace-write",
-    )
-    assert notes.read_text(encoding="utf-8") == "title: streamfold\nstatus: final\n"
+    events = patch_notes(thinktags_url, tmp_path)
     assert [m["text"] for m in _items(events, "agent_message")] == [PATCH_FINAL]
-    [change] = _items(events, "file_change")
-    assert change["status"] == "completed", change

@@ -52,11 +52,19 @@ def hf_prompt(model_dir: Path, messages: list[dict[str, Any]]) -> list[int]:
     return list(out["input_ids"] if hasattr(out, "keys") else out)
 
 
-def write_conversation(model_dir: Path, turns: list[str], **header: Any) -> None:
+def write_conversation(
+    model_dir: Path,
+    turns: list[str],
+    *,
+    contains: list[tuple[str, ...]] | None = None,
+    **header: Any,
+) -> None:
+    """A replay conversation of `turns` (what the model writes); `contains[i]`: what turn i's
+    prompt must hold (`prompt_contains`)."""
     tokenizer = _tokenizer(model_dir)
     for turn, text in enumerate(turns):
         ids = tokenizer.encode(text, add_special_tokens=False)
-        head = {
+        head: dict[str, Any] = {
             "trace": 1,
             "grammar": "thinktags",
             "tokenizer": "tokenizer.json",
@@ -65,6 +73,8 @@ def write_conversation(model_dir: Path, turns: list[str], **header: Any) -> None
             "created_at": 1,
             **header,
         }
+        if contains and contains[turn]:
+            head["prompt_contains"] = list(contains[turn])
         chunks = [TokenChunk(token_ids=(token,)) for token in ids]
         (model_dir / f"{turn}.jsonl").write_text(dump_trace(head, chunks, "stop"), "utf-8")
 
