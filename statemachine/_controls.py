@@ -102,9 +102,14 @@ HostedChoice = Literal[
     "file_search",
     "web_search_preview",
     "web_search_preview_2025_03_11",
+    "computer",
+    "computer_use",
     "computer_use_preview",
     "image_generation",
     "code_interpreter",
+    # openai `ToolChoiceApplyPatch` and `ToolChoiceShell`: the same `{type}` form.
+    "apply_patch",
+    "shell",
 ]
 HOSTED_CHOICES: tuple[str, ...] = get_args(HostedChoice)
 

@@ -77,3 +77,27 @@ def test_allowed_tools_in_auto_mode_still_answers(url: str) -> None:
         reply = client.post(f"{url}/v1/responses", json=body)
     assert reply.status_code == 200, reply.text
     assert reply.json()["tool_choice"] == choice
+
+
+#: openai 3.57's `ToolChoice` forms naming hosted tools this server never runs.
+NEVER_RUN = ["apply_patch", "shell", "computer", "computer_use"]
+
+
+@pytest.mark.parametrize("kind", NEVER_RUN)
+def test_every_sdk_tool_choice_form_is_read_and_refused_for_what_it_names(
+    url: str, kind: str
+) -> None:
+    """Bug pinned: `{type: apply_patch}`, `{type: shell}` (openai `ToolChoiceApplyPatch`,
+    `ToolChoiceShell`) and `{type: computer}`/`computer_use` (`ToolChoiceTypes`) were refused
+    as an "unknown tool_choice type", a form the SDK sends; now read, and refused (400 naming
+    `tool_choice`) because the server does not run the tool they name."""
+    with httpx.Client(timeout=30) as client:
+        # `computer_use` names the `computer` tool, which it does not spell: "not in tools".
+        served = "tool_choice.type" if kind == "computer_use" else "tool_choice"
+        tool = {"type": "computer" if kind == "computer_use" else kind}
+        for tools, param in (([tool], served), ([F], "tool_choice.type")):
+            body = {"model": "m", "input": "hi", "tool_choice": {"type": kind}, "tools": tools}
+            reply = client.post(f"{url}/v1/responses", json=body)
+            assert reply.status_code == 400, reply.text
+            error = reply.json()["error"]
+            assert error["param"] == param and "unknown" not in error["message"], error
