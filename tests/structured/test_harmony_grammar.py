@@ -99,3 +99,24 @@ def test_no_preamble_message_before_a_json_answer() -> None:
     assert _accepts(json_only, REASON + answer)
     text = Shape(answer=TextBody(), calls=())
     assert _accepts(text, REASON + preamble + "<|channel|>final<|message|>Hi<|return|>")
+
+
+def test_a_custom_tools_input_follows_its_regex_or_lark_grammar() -> None:
+    """Issue 30, item 2: "custom-tool inputs follow their grammar", for both syntaxes of
+    `{type: custom, format: {type: grammar, syntax: regex | lark}}` (the Lark one is also held
+    by tests/structured/test_lark_inline.py; the regex one had no test of what it accepts)."""
+    from streamfold.adapters.structured._shape import LarkBody, RegexBody
+
+    head = "<|channel|>commentary to=functions.code<|message|>"
+    regex = Shape(
+        answer=None, calls=(Call(recipient="functions.code", body=RegexBody(pattern="[a-z]{3}")),)
+    )
+    assert _accepts(regex, REASON + head + "abc<|call|>")
+    assert not _accepts(regex, REASON + head + "abcd<|call|>")
+    assert not _accepts(regex, REASON + head + "ab1<|call|>")
+    lark = Shape(
+        answer=None,
+        calls=(Call(recipient="functions.code", body=LarkBody(definition='start: "x"+ "!"')),),
+    )
+    assert _accepts(lark, REASON + head + "xxx!<|call|>")
+    assert not _accepts(lark, REASON + head + "xy<|call|>")
