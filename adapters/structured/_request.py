@@ -53,10 +53,22 @@ _OBJECT: dict[str, Any] = {"type": "object"}
 _BROWSER = ("browser.search", "browser.open", "browser.find")
 
 
+def _enforced(fmt: FormatJsonSchema) -> Any:
+    """The schema a `json_schema` format is enforced by. A strict one as it is (what it asks
+    beyond the strict subset is refused before, `protocol._controls`); a non-strict one
+    leniently (llguidance's `lenient`: the keywords it implements are held, others such as
+    `uniqueItems` or an unknown `format` left free), as the API takes any schema there. The
+    schema's own `x-guidance` stands."""
+    schema = fmt.schema
+    if fmt.strict or not isinstance(schema, dict):
+        return schema
+    return {**schema, "x-guidance": {"lenient": True, **(schema.get("x-guidance") or {})}}
+
+
 def _answer(request: CreateRequest) -> Body:
     fmt = request.text.format if request.text is not None else None
     if isinstance(fmt, FormatJsonSchema):
-        return JsonBody(schema=fmt.schema)
+        return JsonBody(schema=_enforced(fmt))
     if isinstance(fmt, FormatJsonObject):
         return JsonBody(schema=_OBJECT)
     return TextBody()
@@ -170,13 +182,14 @@ def _callable(shape: Shape) -> Shape:
 
 def check_bodies(request: CreateRequest) -> None:
     """Refuse (400, naming the param) a user schema llguidance cannot compile (a `pattern`
-    in a syntax its regex engine lacks, say): found before anything is generated."""
+    in a syntax its regex engine lacks, say; for a non-strict format, only what even its
+    lenient reading cannot): found before anything is generated."""
     from streamfold.engines.guidance import validate_grammar
 
     fmt = request.text.format if request.text is not None else None
     checks: list[tuple[str, Any]] = []
     if isinstance(fmt, FormatJsonSchema):
-        checks.append(("text.format.schema", fmt.schema))
+        checks.append(("text.format.schema", _enforced(fmt)))
     for i, tool in enumerate(request.tools):
         if isinstance(tool, FunctionTool) and tool.strict and tool.parameters is not None:
             checks.append((f"tools[{i}].parameters", tool.parameters))
