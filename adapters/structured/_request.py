@@ -59,10 +59,11 @@ def _enforced(fmt: FormatJsonSchema) -> Any:
     leniently (llguidance's `lenient`: the keywords it implements are held, others such as
     `uniqueItems` or an unknown `format` left free), as the API takes any schema there. The
     schema's own `x-guidance` stands."""
-    schema = fmt.schema
+    schema: Any = fmt.schema
     if fmt.strict or not isinstance(schema, dict):
         return schema
-    return {**schema, "x-guidance": {"lenient": True, **(schema.get("x-guidance") or {})}}
+    own = schema.get("x-guidance")
+    return {**schema, "x-guidance": {"lenient": True, **(own if isinstance(own, dict) else {})}}
 
 
 def _answer(request: CreateRequest) -> Body:
