@@ -101,3 +101,86 @@ def test_every_form_is_echoed_as_sent(url: str, form: str) -> None:
     for tool in extra.get("tools", []):
         if tool["type"] in ("function", "custom"):
             assert tool in body["tools"], body["tools"]
+
+
+def _strict(schema: dict[str, Any]) -> dict[str, Any]:
+    return {
+        "text": {"format": {"type": "json_schema", "name": "x", "strict": True, "schema": schema}}
+    }
+
+
+#: A bad control, and the `param` its 400 names.
+REFUSED: list[tuple[dict[str, Any], str]] = [
+    ({"text": {"format": {**SCHEMA, "name": "a b"}}}, "text.format.name"),
+    ({"text": {"format": {**SCHEMA, "name": "a" * 65}}}, "text.format.name"),
+    ({"text": {"format": {"type": "json_schema", "schema": OBJ}}}, "text.format.name"),
+    ({"text": {"format": {"type": "json_schema", "name": "x"}}}, "text.format.schema"),
+    ({"text": {"format": {"type": "xml"}}}, "text.format"),
+    (_strict({**OBJ, "additionalProperties": True}), "text.format.schema.additionalProperties"),
+    (_strict({**OBJ, "required": []}), "text.format.schema.required"),
+    (_strict({"type": "array", "items": OBJ}), "text.format.schema.type"),
+    (
+        _strict({**OBJ, "properties": {"a": {"type": "string", "pattern": "(?=a)a"}}}),
+        "text.format.schema",
+    ),
+    ({"tools": [{**F, "parameters": {**OBJ, "allOf": []}}]}, "tools[0].parameters.allOf"),
+    ({"tool_choice": {"type": "function", "name": "g"}, "tools": [F]}, "tool_choice.name"),
+    ({"tool_choice": "sometimes", "tools": [F]}, "tool_choice"),
+    ({"tool_choice": {"type": "custom", "name": "zz"}, "tools": [REGEX]}, "tool_choice.name"),
+    (
+        {"tool_choice": {"type": "mcp", "server_label": "web"}, "tools": [MCP]},
+        "tool_choice.server_label",
+    ),
+    ({"tool_choice": {"type": "code_interpreter"}, "tools": [F]}, "tool_choice.type"),
+    (
+        {
+            "tool_choice": {
+                "type": "allowed_tools",
+                "mode": "auto",
+                "tools": [{"type": "function", "name": "g"}],
+            },
+            "tools": [F],
+        },
+        "tool_choice.tools[0]",
+    ),
+    (
+        {"tool_choice": {"type": "allowed_tools", "mode": "auto", "tools": []}, "tools": [F]},
+        "tool_choice.tools",
+    ),
+    (
+        {
+            "tool_choice": {
+                "type": "allowed_tools",
+                "mode": "often",
+                "tools": [{"type": "function", "name": "f"}],
+            },
+            "tools": [F],
+        },
+        "tool_choice.mode",
+    ),
+    (
+        {"tools": [{**LARK, "format": {**LARK["format"], "definition": "start: foo"}}]},
+        "tools[0].format.definition",
+    ),
+    (
+        {"tools": [{**REGEX, "format": {**REGEX["format"], "definition": "[a-"}}]},
+        "tools[0].format.definition",
+    ),
+    (
+        {"tools": [{**REGEX, "format": {**REGEX["format"], "syntax": "ebnf"}}]},
+        "tools[0].format.syntax",
+    ),
+    ({"tools": [{**F, "strict": "yes"}]}, "tools[0].strict"),
+    ({"parallel_tool_calls": "yes", "tools": [F]}, "parallel_tool_calls"),
+]
+
+
+@pytest.mark.parametrize(("extra", "param"), REFUSED)
+def test_every_bad_control_is_a_400_naming_its_param(
+    url: str, extra: dict[str, Any], param: str
+) -> None:
+    with httpx.Client(timeout=30) as client:
+        reply = client.post(f"{url}/v1/responses", json={"model": "m", "input": "hi", **extra})
+    assert reply.status_code == 400, reply.text
+    error = reply.json()["error"]
+    assert error["param"] == param and error["type"] == "invalid_request_error", error
