@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 QWEN_TEMPLATE = r"""{%- if tools %}
     {{- '<|im_start|>system\n' }}
@@ -211,3 +212,14 @@ def build_model_dir(directory: Path, *, opening: str = "", template: str | None 
     }
     (directory / "tokenizer_config.json").write_text(json.dumps(config), encoding="utf-8")
     return directory
+
+
+def hf_prompt(model_dir: Path, messages: list[dict[str, Any]], tools: Any) -> list[int]:
+    """The prompt `transformers` renders from the model directory's own chat template."""
+    import transformers
+
+    tokenizer = transformers.AutoTokenizer.from_pretrained(str(model_dir))
+    out = tokenizer.apply_chat_template(
+        messages, tools=tools, add_generation_prompt=True, tokenize=True
+    )
+    return list(out["input_ids"] if hasattr(out, "keys") else out)

@@ -29,7 +29,14 @@ from streamfold.statemachine import Response
 from tests.server.serving import serve
 
 from . import fakes_sglang, fakes_vllm
-from .chat_template_model import HF_TOOLS, QWEN3_TEMPLATE, R1_OPENING, TOOLS, build_model_dir
+from .chat_template_model import (
+    HF_TOOLS,
+    QWEN3_TEMPLATE,
+    R1_OPENING,
+    TOOLS,
+    build_model_dir,
+    hf_prompt,
+)
 
 transformers = pytest.importorskip("transformers")
 
@@ -85,19 +92,6 @@ CONVERSATIONS: dict[str, tuple[dict[str, Any], list[dict[str, Any]], Any]] = {
         None,
     ),
 }
-
-
-@pytest.fixture(scope="module")
-def model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return build_model_dir(tmp_path_factory.mktemp("qwenish"))
-
-
-def hf_prompt(model_dir: Path, messages: list[dict[str, Any]], tools: Any) -> list[int]:
-    tokenizer = transformers.AutoTokenizer.from_pretrained(str(model_dir))
-    out = tokenizer.apply_chat_template(
-        messages, tools=tools, add_generation_prompt=True, tokenize=True
-    )
-    return list(out["input_ids"] if hasattr(out, "keys") else out)
 
 
 @pytest.mark.parametrize("name", list(CONVERSATIONS))

@@ -27,7 +27,7 @@ from streamfold.adapters.protocol import RequestError, parse_create_request
 from streamfold.engines import TokenChunk
 from streamfold.statemachine import Response
 
-from .chat_template_model import build_model_dir
+from .chat_template_model import hf_prompt
 
 transformers = pytest.importorskip("transformers")
 
@@ -121,19 +121,6 @@ HF_TOOLS = [
         },
     ),
 ]
-
-
-@pytest.fixture(scope="module")
-def model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return build_model_dir(tmp_path_factory.mktemp("qwenish"))
-
-
-def hf_prompt(model_dir: Path, messages: list[dict[str, Any]], tools: Any) -> list[int]:
-    tokenizer = transformers.AutoTokenizer.from_pretrained(str(model_dir))
-    out = tokenizer.apply_chat_template(
-        messages, tools=tools, add_generation_prompt=True, tokenize=True
-    )
-    return list(out["input_ids"] if hasattr(out, "keys") else out)
 
 
 def _call(call_id: str, name: str, arguments: Any) -> dict[str, Any]:

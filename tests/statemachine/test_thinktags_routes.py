@@ -17,10 +17,7 @@ from typing import Any
 
 from hypothesis import given
 from hypothesis import strategies as st
-from openai import omit
-from openai.lib.streaming.responses._responses import ResponseStreamState
 
-from streamfold.specs import check, format_report
 from streamfold.specs.strategies_thinktags import tokenizations
 from streamfold.statemachine import (
     CustomTool,
@@ -31,16 +28,14 @@ from streamfold.statemachine import (
     finish,
     start,
     step,
-    to_wire,
 )
 from streamfold.statemachine._grammar import ResponseState
-from tests.sdk_oracle import validate_with_sdk
 from tests.statemachine.thinktags_helpers import (
     GRAMMAR,
     INDEX,
     PROPERTY,
+    assert_sound,
     terminal_output,
-    texts_by_delta,
 )
 
 TOOLS = (
@@ -97,25 +92,6 @@ def _calls(draw: st.DrawFn) -> tuple[str, str, Any]:
     if kind == "tool_search_call":
         expected = arguments
     return completion, called, expected
-
-
-def assert_sound(events: list[Any]) -> None:
-    """Conformant by the checker, every event valid for the SDK, the SDK's accumulator agreeing
-    with the terminal response, and a call's deltas adding up to its text."""
-    violations = check(events)
-    assert not violations, format_report(violations, event_count=len(events))
-    accumulator: ResponseStreamState[object] = ResponseStreamState(
-        input_tools=omit, text_format=omit
-    )
-    for event in events:
-        accumulator.handle_event(validate_with_sdk(to_wire(event)))  # type: ignore[arg-type]
-    snapshot = accumulator._ResponseStreamState__current_snapshot  # type: ignore[attr-defined]
-    final = terminal_output(events)
-    assert [item.id for item in snapshot.output] == [item["id"] for item in final]
-    deltas = texts_by_delta(events)
-    for item in final:
-        if item["type"] in ("function_call", "custom_tool_call"):
-            assert deltas.get(item["id"], "") == _held(item)
 
 
 def _held(item: dict[str, Any]) -> Any:

@@ -75,7 +75,8 @@ def texts_by_delta(events: Sequence[Event]) -> dict[str, str]:
 
 def assert_sound(events: Sequence[Event]) -> None:
     """Conformant by the checker; every event valid for the SDK; deltas add up to the done
-    texts; the SDK's accumulator digests the stream and agrees with the terminal response."""
+    texts (a call's: its arguments or input); the SDK's accumulator digests the stream and agrees
+    with the terminal response."""
     violations = check(events)
     assert not violations, format_report(violations, event_count=len(events))
     accumulator: ResponseStreamState[object] = ResponseStreamState(
@@ -91,9 +92,11 @@ def assert_sound(events: Sequence[Event]) -> None:
         if item["type"] == "function_call":
             assert deltas.get(item["id"], "") == item["arguments"]
             assert accumulated[item["id"]].arguments == item["arguments"]
+        elif item["type"] == "custom_tool_call":
+            assert deltas.get(item["id"], "") == item["input"]
         elif item["type"] == "message":
             assert deltas.get(item["id"], "") == item["content"][0]["text"]
             assert accumulated[item["id"]].content[0].text == item["content"][0]["text"]
-        else:
+        elif item["type"] == "reasoning":
             assert deltas.get(item["id"], "") == item["content"][0]["text"]
     assert [item.id for item in snapshot.output] == [item["id"] for item in final]
