@@ -164,7 +164,7 @@ class _Connection:
             # Unbounded in itself: the creates it may hold are bounded by `pending`.
             queue, queued = anyio.create_memory_object_stream[Create](math.inf)
             self.lanes[lane] = queue
-            tasks.start_soon(self._lane, lane, queue, queued, tasks)
+            tasks.start_soon(self._lane, lane, queued, tasks)
         self.busy.add(lane)
         self.pending += 1
         queue.send_nowait(create)
@@ -181,11 +181,7 @@ class _Connection:
                 return
 
     async def _lane(
-        self,
-        lane: str | None,
-        queue: MemoryObjectSendStream[Create],
-        queued: MemoryObjectReceiveStream[Create],
-        tasks: TaskGroup,
+        self, lane: str | None, queued: MemoryObjectReceiveStream[Create], tasks: TaskGroup
     ) -> None:
         async for body, generate in queued:
             try:
