@@ -14,7 +14,7 @@ long conversation costs a few renders, not one per item.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import attrs
 
@@ -67,14 +67,26 @@ def _droppable(items: Sequence[object], together: Sequence[frozenset[int]]) -> l
     return [i for i in conversation if i not in newest]
 
 
+def _dropping(request: CreateRequest) -> tuple[int, Callable[[int], CreateRequest]]:
+    """How many input items may go, and `count -> request` without its `count` oldest of
+    them and what goes with them: the groups are found once per request, however many
+    counts the bisection tries."""
+    assert isinstance(request.input, tuple)
+    items = request.input
+    together = _together(items)
+    droppable = _droppable(items, together)
+
+    def without(count: int) -> CreateRequest:
+        dropped = frozenset[int]().union(*(together[i] for i in droppable[:count]))
+        kept = tuple(item for i, item in enumerate(items) if i not in dropped)
+        return attrs.evolve(request, input=kept)
+
+    return len(droppable), without
+
+
 def without_oldest(request: CreateRequest, count: int) -> CreateRequest:
     """`request` without its `count` oldest droppable input items, and what goes with them."""
-    assert isinstance(request.input, tuple)
-    together = _together(request.input)
-    oldest = _droppable(request.input, together)[:count]
-    dropped = frozenset[int]().union(*(together[i] for i in oldest))
-    kept = tuple(item for i, item in enumerate(request.input) if i not in dropped)
-    return attrs.evolve(request, input=kept)
+    return _dropping(request)[1](count)
 
 
 async def render_truncated(
@@ -90,11 +102,12 @@ async def render_truncated(
             raise
         if not isinstance(request.input, tuple):
             raise
-        low, high = 1, len(_droppable(request.input, _together(request.input)))
+        high, without = _dropping(request)
+        low = 1
         best: tuple[CreateRequest, tuple[int, ...]] | None = None
         while low <= high:
             middle = (low + high) // 2
-            shorter = without_oldest(request, middle)
+            shorter = without(middle)
             try:
                 best = shorter, await renderer.render(shorter, size, chat_format)
                 high = middle - 1
