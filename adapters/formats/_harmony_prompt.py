@@ -25,7 +25,7 @@ import functools
 import json
 from collections import OrderedDict
 from collections.abc import Sequence
-from typing import Any, TypeGuard
+from typing import Any
 
 import openai_harmony as h
 
@@ -50,6 +50,7 @@ from ..protocol import (
     ReasoningInput,
     ToolSearchCallInput,
     ToolSearchOutputInput,
+    client_namespace,
 )
 from ._harmony_tools import history_messages, with_server_tools
 
@@ -89,13 +90,13 @@ def _developer(request: CreateRequest) -> Any | None:
     functions = [
         _described(inner)
         for tool in tools
-        for inner in (tool.tools if _functions(tool) else (tool,))
+        for inner in (tool.tools if client_namespace(tool) else (tool,))
         if not isinstance(inner, NamespaceTool)
     ]
     if functions:
         content = content.with_function_tools(functions)
     for tool in tools:
-        if isinstance(tool, NamespaceTool) and not _functions(tool):
+        if isinstance(tool, NamespaceTool) and not client_namespace(tool):
             content = content.with_tools(
                 h.ToolNamespaceConfig(
                     name=tool.name,
@@ -126,11 +127,6 @@ def _response_formats(request: CreateRequest) -> str | None:
     if isinstance(fmt, FormatJsonObject):
         return "# Response Formats\n\nAnswer with one JSON object."
     return None
-
-
-def _functions(tool: object) -> TypeGuard[NamespaceTool]:
-    """Whether `tool` is a namespace tool named `functions`, harmony's client namespace."""
-    return isinstance(tool, NamespaceTool) and tool.name == "functions"
 
 
 def _described(tool: FunctionTool | CustomTool) -> Any:

@@ -62,6 +62,7 @@ from ._tools import (
     ToolSearchParam,
     WebSearchParam,
     check_server_tools,
+    client_namespace,
 )
 
 __all__ = [
@@ -113,6 +114,7 @@ __all__ = [
     "WebSearchCallInput",
     "WebSearchParam",
     "check_server_tools",
+    "client_namespace",
     "input_items",
     "parse_create_request",
     "parse_input_items",

@@ -20,7 +20,7 @@ from ._input import (
     ToolSearchOutputInput,
 )
 from ._request import INCLUDABLE, MAX_TOP_LOGPROBS, CreateRequest
-from ._tools import LABEL, RESERVED_LABELS, McpParam, check_server_tools
+from ._tools import LABEL, RESERVED_LABELS, McpParam, check_server_tools, client_namespace
 
 __all__ = ["check_request"]
 
@@ -150,7 +150,7 @@ def _tool_problems(
 def _in_functions(tools: Iterator[tuple[str, object]]) -> Iterator[tuple[str, object]]:
     """`tools`, with those of a namespace named `functions` in its place."""
     for at, tool in tools:
-        if isinstance(tool, NamespaceTool) and tool.name == "functions":
+        if client_namespace(tool):
             yield from ((f"{at}.tools[{j}]", inner) for j, inner in enumerate(tool.tools))
         else:
             yield at, tool

@@ -11,12 +11,12 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterator, Sequence
-from typing import Literal, TypeAlias, get_args
+from typing import Literal, TypeAlias, TypeGuard, get_args
 from urllib.parse import urlparse
 
 import attrs
 
-from streamfold.statemachine import ToolSearchTool
+from streamfold.statemachine import NamespaceTool, ToolSearchTool
 
 __all__ = [
     "HOSTED_TOOL_TYPES",
@@ -36,12 +36,22 @@ __all__ = [
     "ToolSearchParam",
     "WebSearchParam",
     "check_server_tools",
+    "client_namespace",
 ]
 
 #: Labels become harmony recipients (`label.tool`): no dots, spaces or control characters.
 LABEL = re.compile(r"[A-Za-z0-9_-]{1,64}")
 #: Namespaces the model already knows by another meaning.
 RESERVED_LABELS = frozenset({"browser", "python", "functions", "assistant", "container"})
+
+
+def client_namespace(tool: object) -> TypeGuard[NamespaceTool]:
+    """Whether `tool` is a namespace named `functions`, harmony's namespace of the client's
+    own tools (Codex's code mode offers its tools in one): its tools are the client's, listed
+    and named as if sent one by one."""
+    return isinstance(tool, NamespaceTool) and tool.name == "functions"
+
+
 _HEADER_NAME = re.compile(r"[!#$%&'*+.^_`|~0-9A-Za-z-]+")
 
 
