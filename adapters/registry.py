@@ -35,7 +35,7 @@ from streamfold.statemachine._grammar import Grammar
 
 from ._engine import Engine, NotAnEngineError, UnknownModelError, require_engine
 from ._loading import LoadingSource
-from .formats import HARMONY, ChatFormat
+from .formats import HARMONY, ChatFormat, ChatTemplateError, ChatTemplateFormat, writes_harmony
 from .replay_turns import ROLE_MARKERS, conversation_turn, role_marker, turn_files
 
 __all__ = [
@@ -85,8 +85,6 @@ def _template_format(conversation: Path, traces: Sequence[Any]) -> ChatFormat:
     """A think-tag conversation's chat format: its directory is the model's (`tokenizer.json`,
     `tokenizer_config.json` with the `chat_template`), and its traces' token ids come from
     that `tokenizer.json`, so that each request is prompted as the model was."""
-    from .formats import ChatTemplateError, ChatTemplateFormat
-
     own = (conversation / "tokenizer.json").resolve()
     for trace in traces:
         named = trace.header.get("tokenizer")
@@ -324,8 +322,6 @@ def _gpu_engine(name: str) -> EngineFactory:
 def _chat_format(choice: str, model: str, engine: str) -> ChatFormat:
     """`--chat-format`: harmony (gpt-oss), or the model's own chat template (think tags).
     Chosen by the operator, never guessed from the model's name."""
-    from .formats import ChatTemplateError, ChatTemplateFormat, writes_harmony
-
     if choice == "harmony":
         if writes_harmony(model) is False:  # the operator's choice stands, but not silently
             logger.warning(
