@@ -38,6 +38,7 @@ from streamfold.statemachine import (
     NamespaceTool,
     ToolSearchTool,
 )
+from streamfold.statemachine._grammars.chat_tools import FUNCTIONS, TOOL_SEARCH
 
 from ..protocol import (
     AdditionalToolsInput,
@@ -180,7 +181,7 @@ def search_function(tool: ToolSearchTool) -> FunctionTool:
     """A client's `tool_search` as the function the model sees (`functions.tool_search`): its
     calls come back as `tool_search_call` items (the reducer routes them by the echoed tool)."""
     return FunctionTool(
-        name="tool_search",
+        name=TOOL_SEARCH,
         description=tool.description or SEARCH_DESCRIPTION,
         parameters=tool.parameters or SEARCH_PARAMETERS,
     )
@@ -230,13 +231,13 @@ def _turns(request: CreateRequest) -> list[Any]:
             messages.append(
                 h.Message.from_role_and_content(h.Role.ASSISTANT, _compact(item.arguments))
                 .with_channel("commentary")
-                .with_recipient("functions.tool_search")
+                .with_recipient(f"{FUNCTIONS}.{TOOL_SEARCH}")
                 .with_content_type("json")
             )
         elif isinstance(item, ToolSearchOutputInput):
             # The tools themselves are listed with the request's (`_developer_parts`).
             loaded = _compact({"loaded": [tool.name for tool in item.tools]})
-            author = h.Author.new(h.Role.TOOL, "functions.tool_search")
+            author = h.Author.new(h.Role.TOOL, f"{FUNCTIONS}.{TOOL_SEARCH}")
             messages.append(
                 h.Message.from_author_and_content(author, loaded)
                 .with_channel("commentary")

@@ -17,6 +17,7 @@ from urllib.parse import urlparse
 import attrs
 
 from streamfold.statemachine import NamespaceTool, ToolSearchTool
+from streamfold.statemachine._grammars.chat_tools import FUNCTIONS
 
 __all__ = [
     "HOSTED_TOOL_TYPES",
@@ -49,7 +50,7 @@ def client_namespace(tool: object) -> TypeGuard[NamespaceTool]:
     """Whether `tool` is a namespace named `functions`, harmony's namespace of the client's
     own tools (Codex's code mode offers its tools in one): its tools are the client's, listed
     and named as if sent one by one."""
-    return isinstance(tool, NamespaceTool) and tool.name == "functions"
+    return isinstance(tool, NamespaceTool) and tool.name == FUNCTIONS
 
 
 _HEADER_NAME = re.compile(r"[!#$%&'*+.^_`|~0-9A-Za-z-]+")

@@ -41,6 +41,7 @@ from streamfold.statemachine import (
     ToolChoiceMcp,
     ToolSearchTool,
 )
+from streamfold.statemachine._grammars.chat_tools import FUNCTIONS, TOOL_SEARCH
 
 from ..protocol import CreateRequest, RequestError
 from ..protocol._controls import choice_entry
@@ -104,7 +105,7 @@ def _tool_calls(tool: Any, space: str = "functions") -> Iterator[tuple[Call, dic
         yield Call(recipient="python", channel="analysis", body=TextBody()), entry
     elif isinstance(tool, ToolSearchTool) and tool.execution == "client":
         # Offered as the function `tool_search` (formats/_harmony_prompt.py).
-        yield Call(recipient="functions.tool_search", body=TextBody()), entry
+        yield Call(recipient=f"{FUNCTIONS}.{TOOL_SEARCH}", body=TextBody()), entry
 
 
 def _named(choice: Any, entry: dict[str, Any]) -> bool:

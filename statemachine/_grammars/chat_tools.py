@@ -42,6 +42,7 @@ __all__ = [
     "SEPARATOR",
     "TOOL_SEARCH",
     "FlatTool",
+    "client_search",
     "custom_input",
     "flat_call",
     "flat_name",
@@ -50,12 +51,18 @@ __all__ = [
 
 #: What joins a namespace's name and its tool's name (vLLM's).
 SEPARATOR = "__"
-#: harmony's namespace of the client's own tools: its tools keep their names.
+#: harmony's namespace of the client's own tools: its tools keep their names (harmony's
+#: `client_call` reads it too).
 FUNCTIONS = "functions"
-#: The function name a client-executed `tool_search` is shown as (harmony's too).
+#: The function name a client-executed `tool_search` is shown as (to harmony models too).
 TOOL_SEARCH = "tool_search"
 #: The one parameter a custom tool is shown with.
 CUSTOM_INPUT = "input"
+
+
+def client_search(tool: object) -> bool:
+    """Whether `tool` is a `tool_search` the client runs (the model may call it)."""
+    return isinstance(tool, m.ToolSearchTool) and tool.execution == "client"
 
 
 @attrs.frozen(kw_only=True)
@@ -103,7 +110,7 @@ def flat_tools(tools: Iterable[Any]) -> Iterator[FlatTool]:
                 yield _one(inner, tool.name)
     if TOOL_SEARCH not in declared:
         for tool in tools:
-            if isinstance(tool, m.ToolSearchTool) and tool.execution == "client":
+            if client_search(tool):
                 yield FlatTool(flat=TOOL_SEARCH, tool=tool, kind="tool_search_call")
                 break
 

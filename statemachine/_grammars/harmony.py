@@ -31,6 +31,7 @@ from .._grammar import ResponseState, close_open, open_next, replace_state
 from .._items import ItemKind, Out, append_bytes, append_text, grow
 from .._text import Rope, rope_items
 from .._vocab import Vocabulary
+from .chat_tools import FUNCTIONS, TOOL_SEARCH, client_search
 from .harmony_header import Header, parse_header
 
 __all__ = ["HarmonyGrammar", "HarmonyParse"]
@@ -52,18 +53,6 @@ class HarmonyParse:
 #: Where a header sends its message: the item kind, its name, its server label (a client
 #: tool's namespace, for function and custom calls) and a message's phase.
 Route = tuple[ItemKind, str | None, str | None, Literal["commentary", "final_answer"] | None]
-
-
-#: harmony's namespace of the client's tools.
-FUNCTIONS = "functions"
-
-#: The function name a client-executed `tool_search` tool is offered to the model as.
-TOOL_SEARCH = "tool_search"
-
-
-def client_search(tool: object) -> bool:
-    """Whether `tool` is a `tool_search` the client runs (the model may call it)."""
-    return isinstance(tool, m.ToolSearchTool) and tool.execution == "client"
 
 
 def client_call(tools: tuple[Any, ...], recipient: str) -> Route | None:

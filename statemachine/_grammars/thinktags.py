@@ -72,7 +72,7 @@ from .._grammar import ResponseState, close_open, open_next, replace_state
 from .._items import ItemKind, OpenItem, Out, append_text, append_text_with_logprobs
 from .._text import Rope, decode_utf8, flush_utf8, rope_items, rope_text
 from .._vocab import Vocabulary
-from .chat_tools import custom_input, flat_call
+from .chat_tools import FlatTool, custom_input, flat_call
 from .hermes import HEAD_LIMIT, ArgumentsScan, StringScan, input_start, match_head, parse_call
 
 __all__ = ["ThinkTagGrammar", "ThinkTagParse", "ToolCallParse"]
@@ -333,7 +333,7 @@ class ThinkTagGrammar:
                     # The body is a call: the tokens it came from are not message text.
                     parse = replace_parse(state.parse, awaiting=None, reading=None)
                     state = replace_state(state, parse=parse)
-                    state = replace_state(state, open=_open_call(state, out, name))
+                    state = replace_state(state, open=_open_call(state, out, name, tool))
                     if custom:
                         call = ToolCallParse(phase="input")
                         return _stream_input(state, out, call, body[start + at :])
@@ -359,7 +359,8 @@ class ThinkTagGrammar:
         name, arguments = parsed
         state = _close(state, out)
         state = replace_state(state, parse=replace_parse(state.parse, awaiting=None, reading=None))
-        item = _open_call(state, out, name)
+        tool = flat_call(state.response.tools, name)
+        item = _open_call(state, out, name, tool)
         if item.kind == "custom_tool_call":
             arguments = custom_input(arguments)
         state = replace_state(state, open=append_text(out, item, arguments))
@@ -381,10 +382,10 @@ class ThinkTagGrammar:
         return replace_state(state, parse=ThinkTagParse(mode=state.parse.mode))
 
 
-def _open_call(state: ResponseState, out: Out, called: str) -> OpenItem:
-    """The item of a call of the function `called`, routed by the response's tools as the
-    chat format showed them (`chat_tools.py`): a namespace's, a custom tool's, a tool search."""
-    tool = flat_call(state.response.tools, called)
+def _open_call(state: ResponseState, out: Out, called: str, tool: FlatTool | None) -> OpenItem:
+    """The item of a call of the function `called`, routed by the tool the chat format showed
+    under that name (`flat_call`; None: undeclared): a namespace's, a custom tool's, a tool
+    search."""
     if tool is None:
         return open_next(out, state, "function_call", name=called)
     if tool.kind == "tool_search_call":
