@@ -19,6 +19,7 @@ from ._input import (
     InputItem,
     ToolSearchOutputInput,
 )
+from ._kinds import ANSWERS
 from ._request import INCLUDABLE, MAX_TOP_LOGPROBS, CreateRequest
 from ._tools import LABEL, RESERVED_LABELS, McpParam, check_server_tools, client_namespace
 
@@ -93,7 +94,7 @@ def check_request(request: CreateRequest, earlier: tuple[InputItem, ...] = ()) -
                 isinstance(item, FunctionCallOutputInput | CustomToolCallOutputInput)
                 and item.call_id not in calls
             ):
-                call = item.type.removesuffix("_output")
+                call = ANSWERS[item.type].call
                 raise RequestError(
                     f"no {call} with call_id {item.call_id!r} comes before this output; "
                     f"send the model's {call} item before its {item.type}",
