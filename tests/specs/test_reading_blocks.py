@@ -1,12 +1,12 @@
 """Reading a stream in blocks, with orjson on plain blocks, reads what the general path reads.
 
 `specs/_reading.py` reads the input in blocks of whole lines and decodes a block of plain JSON
-lines or plain SSE frames with orjson (issue 16); everything else goes through the general path
-(json, the SSE parser). Invariants: on any input, in any block size, the outcome (events,
-framing, framing violations, truncation, or the error and its message) is the same as the
-general path's alone (orjson switched off); a line longer than the limit is refused with the
-same line number as reading line by line (the reader this replaced, kept here as reference);
-and plain input does take the fast path.
+lines or plain SSE frames with orjson (`specs/_reading_fast.py`, issue 16); everything else goes
+through the general path (json, the SSE parser). Invariants: on any input, in any block size,
+the outcome (events, framing, framing violations, truncation, or the error and its message) is
+the same as the general path's alone (orjson switched off); a line longer than the limit is
+refused with the same line number as reading line by line (the reader this replaced, kept here
+as reference); and plain input does take the fast path.
 """
 
 from __future__ import annotations
@@ -22,11 +22,13 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from streamfold.specs import _reading
+from streamfold.specs import _reading, _reading_fast
 from streamfold.specs._reading import StreamReading, UnreadableStreamError, check_file, read_stream
 
 GOLDENS = sorted((Path(__file__).resolve().parents[2] / "specs" / "traces").glob("*.golden.jsonl"))
-needs_orjson = pytest.mark.skipif(_reading._orjson_loads is None, reason="orjson not installed")
+needs_orjson = pytest.mark.skipif(
+    _reading_fast._orjson_loads is None, reason="orjson not installed"
+)
 
 
 def _outcome(data: bytes) -> StreamReading | str:
@@ -37,23 +39,20 @@ def _outcome(data: bytes) -> StreamReading | str:
 
 
 def _general(data: bytes) -> StreamReading | str:
-    saved = _reading._orjson_loads
-    _reading._orjson_loads = None
-    try:
+    """The outcome with orjson switched off where the fast paths read it (`setattr` raises if
+    the name moved, so the comparison cannot turn into fast against fast)."""
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(_reading_fast, "_orjson_loads", None)
         return _outcome(data)
-    finally:
-        _reading._orjson_loads = saved
 
 
 @contextlib.contextmanager
 def _blocks_of(size: int) -> Iterator[None]:
     """Blocks of `size` bytes: small ones put block ends everywhere (hypothesis runs many
     examples per test, so no function-scoped monkeypatch)."""
-    saved, _reading._BATCH = _reading._BATCH, size
-    try:
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(_reading, "_BATCH", size)
         yield
-    finally:
-        _reading._BATCH = saved
 
 
 def _sse(events: list[dict[str, Any]]) -> bytes:
@@ -67,10 +66,10 @@ def _sse(events: list[dict[str, Any]]) -> bytes:
 @pytest.mark.parametrize("path", GOLDENS, ids=lambda p: p.name)
 def test_goldens_take_the_fast_path_and_read_the_same(path: Path) -> None:
     data = path.read_bytes()
-    assert _reading._fast_json_lines(data) is not None
+    assert _reading_fast.fast_json_lines(data) is not None
     events = list(read_stream(data).events)
     sse = _sse(events)
-    assert _reading._plain_sse(sse) is not None
+    assert _reading_fast.plain_sse(sse) is not None
     assert _outcome(data) == _general(data)
     assert _outcome(sse) == _general(sse)
     assert list(read_stream(sse).events) == events
@@ -203,12 +202,12 @@ def test_the_fast_paths_refuse_what_orjson_reads_differently() -> None:
     """Regression guards for the differences found while writing the fast path: orjson reads
     an integer past 64 bits as a float, and refuses 1e400, NaN and lone surrogates that json
     reads; a CR is a line break to the general path only."""
-    assert _reading._fast_json_lines(b'{"n":18446744073709551616}\n') is None
-    assert _reading._fast_json_lines(b'{"a":\r1}\n') is None
-    assert _reading._fast_json_lines(b"1e400\n") is None
-    assert _reading._fast_json_lines(b"[" * 600 + b"]" * 600 + b"\n") is None
+    assert _reading_fast.fast_json_lines(b'{"n":18446744073709551616}\n') is None
+    assert _reading_fast.fast_json_lines(b'{"a":\r1}\n') is None
+    assert _reading_fast.fast_json_lines(b"1e400\n") is None
+    assert _reading_fast.fast_json_lines(b"[" * 600 + b"]" * 600 + b"\n") is None
     frame = b'event: t\ndata: {"n":-9223372036854775809}\n\n'
-    assert _reading._plain_sse(frame) is None
+    assert _reading_fast.plain_sse(frame) is None
     big = read_stream(b'{"type":"x","sequence_number":18446744073709551616}\n').events
     assert big[0]["sequence_number"] == 2**64 and type(big[0]["sequence_number"]) is int
 
@@ -220,7 +219,7 @@ def test_a_bom_after_fast_blocks_is_not_dropped() -> None:
     plain = b'event: a\ndata: {"type":"a"}\n\n'
     data = plain * 2 + '\ufeffevent: b\ndata: {"type":"c"}\n\n'.encode()
     with _blocks_of(len(plain) * 2):  # the second block starts with the BOM
-        assert _reading._plain_sse(plain * 2) is not None
+        assert _reading_fast.plain_sse(plain * 2) is not None
         fast = _outcome(data)
         assert fast == _general(data)
         assert isinstance(fast, StreamReading) and fast.violations == ()
@@ -340,9 +339,9 @@ def test_the_sse_fast_path_refuses_frames_that_are_not_plain(block: bytes) -> No
     """Guards of `_plain_sse`, each a frame the parser reads otherwise than `event: T`,
     `data: JSON`, blank line: after a plain frame, the block goes to the general path."""
     plain = _frame(_stream(1)[0])
-    assert _reading._plain_sse(plain) is not None
-    assert _reading._plain_sse(plain + block) is None
-    assert _reading._plain_sse(block + plain) is None
+    assert _reading_fast.plain_sse(plain) is not None
+    assert _reading_fast.plain_sse(plain + block) is None
+    assert _reading_fast.plain_sse(block + plain) is None
     data = plain + block
     assert _outcome(data) == _general(data)
 
@@ -355,7 +354,7 @@ def test_plain_frames_take_the_fast_path_in_blocks_of_any_size() -> None:
     events = _stream(12)
     frames = [_frame(ev) for ev in events]
     data = b"".join(frames)
-    real = _reading._plain_sse
+    real = _reading_fast.plain_sse
     fast: list[Any] = []
 
     def spy(block: bytes) -> tuple[str, list[Any]] | None:
@@ -366,6 +365,6 @@ def test_plain_frames_take_the_fast_path_in_blocks_of_any_size() -> None:
     for size in range(2 * len(frames[0]), 4 * len(frames[0])):
         fast.clear()
         with _blocks_of(size), pytest.MonkeyPatch.context() as patch:
-            patch.setattr(_reading, "_plain_sse", spy)
+            patch.setattr(_reading_fast, "plain_sse", spy)
             assert list(read_stream(data).events) == events
         assert fast == events, size

@@ -1,9 +1,9 @@
 """Reading JSON lines by one scan of the text gives what reading line by line gives.
 
-`read_stream` first tries `_json_lines` (one JSON value per line, read without splitting the
-text; benchmarks/bench_cli.py measures why) and falls back to the line-by-line reading for
-anything else. The invariant: on any input, the outcome (the events, or the error and its
-message naming the line) is the same as with the line-by-line reading alone.
+`read_stream` first tries `_reading_fast.json_lines` (one JSON value per line, read without
+splitting the text; benchmarks/bench_cli.py measures why) and falls back to the line-by-line
+reading for anything else. The invariant: on any input, the outcome (the events, or the error
+and its message naming the line) is the same as with the line-by-line reading alone.
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from streamfold.specs import _reading
+from streamfold.specs import _reading_fast
 from streamfold.specs._reading import StreamReading, UnreadableStreamError, read_stream
 
 GOLDENS = sorted((Path(__file__).resolve().parents[2] / "specs" / "traces").glob("*.golden.jsonl"))
@@ -30,14 +30,14 @@ def _outcome(data: bytes) -> StreamReading | str:
 
 def _line_by_line(data: bytes, monkeypatch: pytest.MonkeyPatch) -> StreamReading | str:
     with monkeypatch.context() as patch:
-        patch.setattr(_reading, "_json_lines", lambda text: None)
+        patch.setattr(_reading_fast, "json_lines", lambda text: None)
         return _outcome(data)
 
 
 @pytest.mark.parametrize("path", GOLDENS, ids=lambda p: p.name)
 def test_goldens_read_the_same(path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     data = path.read_bytes()
-    assert _reading._json_lines(data.decode()) is not None  # the fast path is taken
+    assert _reading_fast.json_lines(data.decode()) is not None  # the fast path is taken
     assert _outcome(data) == _line_by_line(data, monkeypatch)
 
 
@@ -56,10 +56,7 @@ def test_fast_and_line_by_line_agree(parts: list[tuple[str, str]], tail: str) ->
     text = "".join(value + gap for value, gap in parts) + tail
     data = text.encode()
     fast = _outcome(data)
-    saved = _reading._json_lines
-    _reading._json_lines = lambda text: None  # type: ignore[assignment]
-    try:
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(_reading_fast, "json_lines", lambda text: None)
         slow = _outcome(data)
-    finally:
-        _reading._json_lines = saved
     assert fast == slow
