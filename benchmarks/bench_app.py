@@ -10,7 +10,11 @@ in the same run, alternated round by round:
 checkout this runs from (its installed `streamfold`) is always measured, as `.`. Each round runs
 every build once in a fresh process; the figure is the main thread's CPU time over `--requests`
 `stream: true` requests, `--concurrency` at a time, after 50 not counted (`time.thread_time`,
-so other work on the machine moves it little).
+so other work on the machine moves it little). Beside it, the median wall time from the app's
+call to its first body send (the opening events): with `--concurrency 1 --tokens 1`, the work a
+request takes before its first event; at 10, what a burst of requests queues behind each other
+(`bench_server.py`'s time to first event at 10 streams is about that, its arrivals coming in
+bursts: see docs/benchmarks.md). Wall time: compare within a run.
 """
 
 from __future__ import annotations
@@ -31,11 +35,13 @@ HERE = Path(__file__).resolve().parent
 BODY = json.dumps({"model": "bench", "input": "hi", "stream": True}).encode()
 
 
-async def one(app: Any) -> int:
-    """One streamed request through the app; the events it got."""
+async def one(app: Any, firsts: list[float] | None = None) -> int:
+    """One streamed request through the app; the events it got. `firsts`: the seconds from
+    the call to the first body send are appended to it."""
     sent: list[dict[str, Any]] = []
     asked = False
     done = asyncio.Event()
+    called = time.perf_counter()
 
     async def receive() -> dict[str, Any]:
         nonlocal asked
@@ -46,6 +52,8 @@ async def one(app: Any) -> int:
         return {"type": "http.disconnect"}
 
     async def send(message: dict[str, Any]) -> None:
+        if firsts is not None and message["type"] == "http.response.body" and len(sent) == 1:
+            firsts.append(time.perf_counter() - called)
         sent.append(message)
         if message["type"] == "http.response.body" and not message.get("more_body", False):
             done.set()
@@ -85,16 +93,23 @@ async def measure(traces: Path, requests: int, concurrency: int) -> dict[str, An
                 await one(app)
             slots = asyncio.Semaphore(concurrency)
 
+            firsts: list[float] = []
+
             async def bounded() -> None:
                 async with slots:
-                    await one(app)
+                    await one(app, firsts)
 
             t0 = time.thread_time()
             await asyncio.gather(*(bounded() for _ in range(requests)))
             cpu = time.thread_time() - t0
     import streamfold
 
-    return {"us_per_request": 1e6 * cpu / requests, "events": events, "from": streamfold.__file__}
+    return {
+        "us_per_request": 1e6 * cpu / requests,
+        "first_us": 1e6 * statistics.median(firsts),
+        "events": events,
+        "from": streamfold.__file__,
+    }
 
 
 def main() -> None:
@@ -141,14 +156,18 @@ def main() -> None:
         f"{args.tokens}-token streams, {args.concurrency} at a time, SQLite log, in process; "
         f"{args.rounds} alternated rounds, load average {load:.1f}\n"
     )
-    print("| build | app CPU µs per request (median, range) | µs per event |")
-    print("|---|---|---|")
+    print(
+        "| build | app CPU µs per request (median, range) | µs per event "
+        "| call -> first body µs (p50 by round) |"
+    )
+    print("|---|---|---|---|")
     for build, got in rows.items():
         cost = [row["us_per_request"] for row in got]
+        first = [row["first_us"] for row in got]
         events = got[0]["events"]
         print(
             f"| {build} | {statistics.median(cost):.0f} ({min(cost):.0f}–{max(cost):.0f}) "
-            f"| {statistics.median(cost) / events:.2f} |"
+            f"| {statistics.median(cost) / events:.2f} | {min(first):.0f}–{max(first):.0f} |"
         )
 
 
