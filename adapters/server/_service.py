@@ -1,5 +1,6 @@
 """Running responses: foreground streams, background tasks, followers, and cancellation.
-(A request becomes a `Prepared` run in `_prepare.py`; the write-ahead group commit is
+(A request becomes a `Prepared` run in `_prepare.py`; a run's events are logged and published,
+and a refusing store ends the run, in `_recording.py`, on the write-ahead group commit of
 `_logwriter.py`; a run's in-memory side is `_run.py`; reading logs is `_reading.py`.)
 
 The service hands out values, never bytes: each response as batches of its event records
@@ -15,7 +16,7 @@ followed from memory (a window of it, `_run.py`), a finished one from the log, p
 
 A store that refuses a response's events ends that response: its clients get the refused
 events and `response.failed` ("the response store failed ... not stored"), what the store
-holds of it is deleted, and nothing of it stays in memory once it has ended.
+holds of it is deleted, and nothing of it stays in memory once it has ended (`_recording.py`).
 
 - Foreground (`background` false): the HTTP response pulls from `_drive` directly, so the
   client's pace sets the engine's (backpressure), and a client that leaves closes the driver,
@@ -39,26 +40,24 @@ import anyio.lowlevel
 import attrs
 from anyio.abc import TaskGroup, TaskStatus
 
-from streamfold.adapters.driver import Generation, close_source
+from streamfold.adapters.driver import close_source
 from streamfold.engines import SamplingParams
-from streamfold.statemachine import Event, StreamfoldError, loads, snapshot, to_wire
-from streamfold.statemachine._grammar import FinishReason
+from streamfold.statemachine import StreamfoldError, loads, snapshot, to_wire
 
 from ..agent._config import AgentConfig
-from ..agent._loop import AgentGeneration, generation_for
+from ..agent._loop import generation_for
 from ..protocol import RequestError
 from ..registry import Engine
-from ._conversation_store import ConversationStore
 from ._guard import OWNER
 from ._limits import ServerLimits
-from ._logwriter import LogWriter
 from ._prepare import Prepared, new_response_id, prepare
-from ._reading import STORE_FAILED, follow, input_items, not_found, response_of, unreadable
-from ._reasoning_keys import ENCRYPTED_INCLUDE, ReasoningKeys, seal_events
+from ._reading import follow, input_items, not_found, response_of, unreadable
+from ._reasoning_keys import ENCRYPTED_INCLUDE, ReasoningKeys
+from ._recording import Recorder, StoreFailed
 from ._recovery import damaged_responses, end_interrupted
 from ._render import Renderer
 from ._run import CLIENT_LEFT, Run
-from ._store import EventRecord, EventStore, InputStore, Records, StoreError, records_of
+from ._store import EventRecord, EventStore, Records, StoreError
 from ._turns import OPENING_TURNS, LoopTurns
 
 __all__ = ["CLIENT_LEFT", "ResponseService", "Run", "ServiceNotRunningError"]
@@ -69,24 +68,9 @@ CANCELLED = "the response was cancelled before it finished"
 SHUTDOWN = "the server shut down before the response finished"
 DELETED = "the response was deleted before it finished"
 
-#: Responses whose store failed, remembered (without their output) for clients polling them.
-UNSTORED_KEPT = 1024
-
 
 class ServiceNotRunningError(StreamfoldError, RuntimeError):
     """A background response was requested before the app's lifespan started the service."""
-
-
-AnyGeneration = Generation | AgentGeneration
-
-
-class _StoreFailed(Exception):
-    """The store refused `records` (a run's next batch, not yet published)."""
-
-    def __init__(self, records: list[EventRecord], error: Exception) -> None:
-        super().__init__(str(error))
-        self.records = records
-        self.error = error
 
 
 class ResponseService:
@@ -116,18 +100,13 @@ class ResponseService:
         self.new_id = new_id
         self.clock = clock
         self.live: dict[str, Run] = {}
-        self.log = LogWriter(store)
+        #: Logs and publishes runs' events; remembers the runs the store refused (`unstored`).
+        self.recorder = Recorder(store, self.reasoning_keys)
         self.turns = LoopTurns()  # new requests open before held chunks are stepped (`_turns`)
-        # Checked once: isinstance against a runtime-checkable Protocol costs 10-25 us a call.
-        self._input_store = store if isinstance(store, InputStore) else None
-        self._conversation_store = store if isinstance(store, ConversationStore) else None
         self.unreadable: set[str] = set()  # responses the store holds but cannot read
         # The close records of stored logs left unfinished that the store could not end at
         # start-up (a full disk): served after the log (`_recovery.end_interrupted`).
         self.unended: dict[str, list[EventRecord]] = {}
-        self.unstored: dict[str, str] = {}  # the final Response of runs the store refused
-        #: Runs whose reasoning items are sealed, with the blobs made so far.
-        self._sealing: dict[str, dict[str, str]] = {}
         self._task_group: TaskGroup | None = None
         self._stop_message = CANCELLED
 
@@ -206,71 +185,6 @@ class ResponseService:
             self.live[run.id] = run
         return run
 
-    async def _record(self, run: Run, events: list[Event]) -> list[EventRecord]:
-        """Log `events` (write-ahead), then publish them; `_StoreFailed` if the log refused.
-
-        A logged batch is published by its commit (`LogWriter`), even when this run is
-        cancelled while it waits for that commit."""
-        sealed = self._sealing.get(run.id)
-        if sealed is not None:  # the client keeps the reasoning (`_reasoning_keys.py`)
-            events = seal_events(events, self.reasoning_keys, sealed)
-        records = records_of(events)
-        if records and run.logged:
-            try:
-                await self.log.write(
-                    run.id, records, background=run.background, published=run.publish
-                )
-            except Exception as exc:
-                raise _StoreFailed(records, exc) from exc
-        else:
-            run.publish(records)
-        return records
-
-    async def _close(
-        self, run: Run, generation: AnyGeneration, reason: FinishReason, message: str
-    ) -> list[EventRecord]:
-        try:
-            return await self._record(run, generation.close(reason, message))
-        except _StoreFailed as failed:
-            return await self._unstore(run, generation, failed)
-
-    async def _unstore(
-        self, run: Run, generation: AnyGeneration, failed: _StoreFailed
-    ) -> list[EventRecord]:
-        """The store refused this run's events: it ends `failed`, unstored, and says so."""
-        log.error("response %s: %s (%s); it ends failed", run.id, STORE_FAILED, failed.error)
-        run.logged = False
-        closing = generation.close("error", f"{STORE_FAILED}: {failed.error}")
-        records = failed.records + records_of(closing)
-        run.publish(records)
-        # Its clients may poll for it: they find it failed, for the last UNSTORED_KEPT such.
-        response = response_of(run.event)
-        response["output"] = []  # what it said is gone with the log; the error says why
-        self.unstored[run.id] = json.dumps(response)
-        while len(self.unstored) > UNSTORED_KEPT:
-            self.unstored.pop(next(iter(self.unstored)))
-        with anyio.CancelScope(shield=True):
-            try:  # a log without its end would read "in progress" forever
-                await self.store.delete(run.id)
-            except Exception as exc:
-                log.error("response %s: its partial log could not be deleted (%s)", run.id, exc)
-        return records
-
-    async def _save_input(self, run: Run, prepared: Prepared) -> None:
-        """Before its first event: what the store keeps of a logged run's input (for
-        `previous_response_id`), and the conversation it appends to when it ends."""
-        conversations = self._conversation_store
-        try:
-            with anyio.CancelScope(shield=True):
-                if self._input_store is not None:
-                    await self._input_store.save_input(run.id, json.dumps(prepared.saved_input))
-                if prepared.conversation_id is not None and conversations is not None:
-                    await conversations.bind_conversation(
-                        run.id, prepared.conversation_id, prepared.conversation_input
-                    )
-        except Exception as exc:
-            raise _StoreFailed([], exc) from exc
-
     async def _openings_first(self) -> None:
         """Before a new stream steps the chunks its source already holds (see `_turns.py`)."""
         await self.turns.after(OPENING_TURNS)
@@ -290,30 +204,30 @@ class ResponseService:
         )
         try:
             if run.logged:
-                await self._save_input(run, prepared)
+                await self.recorder.save_input(run, prepared)
             if ENCRYPTED_INCLUDE in prepared.request.include:
-                self._sealing[run.id] = {}
+                self.recorder.sealing[run.id] = {}
             async with contextlib.aclosing(generation.batches()) as batches:
                 async for events in batches:
-                    yield await self._record(run, events)
+                    yield await self.recorder.record(run, events)
                     # An engine that never awaits (replay without delay) would otherwise keep
                     # the loop until its socket buffer fills, starving every other request. (A
                     # logged batch gave the loop away already, while its group was committed.)
                     if not run.logged:
                         await anyio.lowlevel.checkpoint()
-        except _StoreFailed as failed:
-            yield await self._unstore(run, generation, failed)
+        except StoreFailed as failed:
+            yield await self.recorder.unstore(run, generation, failed)
         except Exception as exc:  # a fault of the server itself: still end the log properly
             log.exception("response %s failed", run.id)
             message = f"the server failed: {type(exc).__name__}"
-            yield await self._close(run, generation, "error", message)
+            yield await self.recorder.close(run, generation, "error", message)
         finally:
             if not generation.finished:  # the consumer left, or the run was cancelled
                 # Shielded: when this run was cancelled, the log must still get its end.
                 with anyio.CancelScope(shield=True):
-                    await self._close(run, generation, "abort", run.stop_message)
+                    await self.recorder.close(run, generation, "abort", run.stop_message)
             run.finish()
-            self._sealing.pop(run.id, None)
+            self.recorder.sealing.pop(run.id, None)
             # Memory holds running responses only: a finished one is served from the store.
             self.live.pop(run.id, None)
 
@@ -401,8 +315,8 @@ class ResponseService:
                 # (its latest lifecycle event says `output: []` until the end; issue 31).
                 return await self._so_far(response_id, run)
             return response_of(run.event)
-        if response_id in self.unstored:
-            return json.loads(self.unstored[response_id])  # type: ignore[no-any-return]
+        if response_id in self.recorder.unstored:
+            return json.loads(self.recorder.unstored[response_id])  # type: ignore[no-any-return]
         if response_id in self.unended:  # its terminal event is the last close record
             return response_of(self.unended[response_id][-1].data)
         if response_id in self.unreadable:
@@ -445,7 +359,7 @@ class ResponseService:
             response_id,
             after,
             run,
-            unstored=self.unstored.get(response_id),
+            unstored=self.recorder.unstored.get(response_id),
             unended=self.unended.get(response_id),
         )
 
