@@ -11,7 +11,9 @@
 | hosted (`web_search_preview`) | a call to the built-in tool (`browser.*`, `python`)       |
 
 The answer is free text, or JSON following `text.format` (`json_object`: any object). A call's
-input follows its tool's `parameters` when the tool is `strict`, and is free otherwise. In the
+input follows its tool's `parameters` when the tool is `strict`, and is free otherwise. With
+`parallel_tool_calls` (the default) the completion may end with several calls, each any of
+those allowed (a named function, called again and again); with `false`, with one. In the
 server's own tool loop, a generation after a call the server ran is `auto` (`after_call`):
 forcing another call would never let the loop end (smg relaxes it the same way).
 
@@ -136,6 +138,11 @@ def _searches(request: CreateRequest) -> list[ToolSearchTool]:
 
 def shape_for(request: CreateRequest, *, after_call: bool = False) -> Shape:
     """The shape `request` asks for (see the module docstring); not yet budgeted."""
+    shape = _chosen(request, after_call)
+    return attrs.evolve(shape, parallel_calls=request.parallel_tool_calls)
+
+
+def _chosen(request: CreateRequest, after_call: bool) -> Shape:
     answer = _answer(request)
     offered = [
         pair

@@ -76,6 +76,10 @@ class Shape:
       (`tool_choice: "required"`, a named tool).
     - `calls`: the calls the completion may end with instead: `None` allows any call with any
       input (nothing to enforce), `()` allows none (`tool_choice: "none"`).
+    - `parallel_calls`: whether it may end with several of them, one after another (the
+      request's `parallel_tool_calls`; each any of `calls`, so a named function may be called
+      again). A format whose completion stops at its first call (harmony's `<|call|>`) makes
+      one whatever this says. It constrains nothing alone: a shape otherwise free is free.
     - `reasoning_tokens`: the most tokens one reasoning (or preamble) message may hold, and
       `reasoning_messages` how many of them may come before the answer or call; `None` leaves
       reasoning unbounded. See `budget_shape` for how a token budget sets them. At least
@@ -84,6 +88,7 @@ class Shape:
 
     answer: Body | None = TextBody()
     calls: tuple[Call, ...] | None = None
+    parallel_calls: bool = True
     reasoning_tokens: int | None = None
     reasoning_messages: int = 3
     #: gpt-oss reasons before it answers or calls; the grammar asks for this many `analysis`

@@ -4,8 +4,10 @@ Hermes-style tool callers), in llguidance's Lark: `thinktags_grammar`.
 The completion is what the model writes after its chat template's generation prompt:
 
     start:  reasoning? ending            (reasoning: <think> free text </think>, then blanks)
-    ending: answer stop | call_0 | call_1 | ...
-    call_i: <tool_call> {"name": "NAME", "arguments": ARGS} </tool_call> stop
+    ending: answer blanks? stop | calls
+    calls:  call (blanks? call)* blanks? stop         (one call only: `call blanks? stop`)
+    call:   call_0 | call_1 | ...
+    call_i: <tool_call> {"name": "NAME", "arguments": ARGS} </tool_call>
 
 so reasoning stays free (bounded by the budget as harmony's is, `budget_shape` with one
 reasoning block) and the constraint holds on what follows `</think>`: the answer's JSON (or
@@ -25,8 +27,13 @@ call's arguments ends the call, as vLLM's hermes parser ends it). These are regu
 of "no tag inside" (`without_tags`), and for JSON a rewrite of the schema (`guard_schema`): each
 free string gets that pattern, each object open to other keys takes them only tag-free.
 
-One call per completion, as harmony's grammar has it. JSON is written compactly, as in
-`harmony_grammar`.
+A completion may end with several calls, as Qwen3 and Hermes models write parallel calls (one
+`<tool_call>` block after another, a newline between), each to any allowed function (a named
+function again and again); with the request's `parallel_tool_calls: false`
+(`Shape.parallel_calls`), with one. How many is not bounded but by `max_output_tokens`:
+`max_tool_calls` counts the server-side calls run (`docs/agents.md`), and a think-tag model is
+shown client functions only. Harmony's grammar stays at one: gpt-oss stops at its call's
+`<|call|>`. JSON is written compactly, as in `harmony_grammar`.
 """
 
 from __future__ import annotations
@@ -208,7 +215,7 @@ class _Writer:
             f"{rule}_input: {self.json(schema)}",
             f'{rule}: {self.tag(self.tokens.tool_open)} "\\n"? "{{\\"name\\":" " "? {named} '
             f'"," " "? "\\"arguments\\":" " "? {rule}_input "}}" "\\n"? '
-            f"{self.tag(self.tokens.tool_close)} blanks? stop",
+            f"{self.tag(self.tokens.tool_close)}",
         ]
         return rule
 
@@ -238,12 +245,17 @@ def thinktags_grammar(shape: Shape, tokens: ThinkTagTokens) -> str:
         write.rules.append(f"answer: {body} blanks? stop")
         endings.append("answer")
     if shape.calls is None:
-        endings.append(write.call(0, None, TextBody()))
+        calls = [write.call(0, None, TextBody())]
     else:
-        endings += [
+        calls = [
             write.call(i, _function_name(call.recipient), call.body)
             for i, call in enumerate(shape.calls)
         ]
+    if calls:
+        # The stop comes once, after the last call.
+        more = " (blanks? call)*" if shape.parallel_calls else ""
+        write.rules += ["call: " + " | ".join(calls), f"calls: call{more} blanks? stop"]
+        endings.append("calls")
     if not endings:
         raise ValueError("a shape must allow an answer or at least one call")
     bound = "" if shape.reasoning_tokens is None else f"[max_tokens={shape.reasoning_tokens}]"

@@ -5,11 +5,19 @@ from __future__ import annotations
 
 from typing import Any
 
+import attrs
 import pytest
 
 from streamfold.adapters.formats import HARMONY
 from streamfold.adapters.protocol import RequestError, parse_create_request
-from streamfold.adapters.structured import JsonBody, Shape, TextBody, budget_shape, shape_for
+from streamfold.adapters.structured import (
+    JsonBody,
+    Shape,
+    TextBody,
+    budget_shape,
+    harmony_grammar,
+    shape_for,
+)
 
 F = {"type": "function", "name": "f", "parameters": {"type": "object"}}
 G = {
@@ -111,3 +119,14 @@ def test_a_custom_tool_entry_names_a_custom_tool_by_its_name() -> None:
     with pytest.raises(RequestError) as refused:
         _shape(tools=[custom], tool_choice=other)
     assert refused.value.param == "tool_choice.tools[0]"
+
+
+def test_parallel_tool_calls_is_read_but_constrains_nothing_alone() -> None:
+    """The shape says whether several calls may end the completion (`parallel_tool_calls`,
+    true by default); a request asking nothing else stays free, and harmony's grammar, whose
+    completion stops at its one call, is the same either way."""
+    assert _shape(tools=[F], tool_choice="required").parallel_calls is True
+    serial = _shape(tools=[F], tool_choice="required", parallel_tool_calls=False)
+    assert serial.parallel_calls is False
+    assert _shape(tools=[F], parallel_tool_calls=False).free
+    assert harmony_grammar(serial) == harmony_grammar(attrs.evolve(serial, parallel_calls=True))

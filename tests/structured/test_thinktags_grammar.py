@@ -129,13 +129,15 @@ def _holds(final: Any, calls: tuple[str, ...] | None, schema: dict[str, Any]) ->
         return None
     if kinds[-1:] != ["function_call"] or "message" in kinds:
         return f"a call was asked, the output is {kinds}"
-    call = final.output[-1]
-    if call.name not in calls:
-        return f"called {call.name!r}, allowed {calls}"
-    try:
-        jsonschema.validate(json.loads(call.arguments), SCHEMAS[call.name])
-    except (ValueError, jsonschema.ValidationError) as exc:
-        return f"the arguments {call.arguments!r} do not hold: {exc}"
+    for call in final.output:  # parallel calls: each must hold
+        if call.type != "function_call":
+            continue
+        if call.name not in calls:
+            return f"called {call.name!r}, allowed {calls}"
+        try:
+            jsonschema.validate(json.loads(call.arguments), SCHEMAS[call.name])
+        except (ValueError, jsonschema.ValidationError) as exc:
+            return f"the arguments {call.arguments!r} do not hold: {exc}"
     return None
 
 
