@@ -8,7 +8,8 @@ The rest are what the server reads at start-up and per request: `load` and `warm
 before it reports ready), `max_output_tokens` (the cap on a request that sets none),
 `enforces_constraints`, `keeps_prefixes` and `models`. `require_engine` checks that a value
 handed to the server is an `Engine`, and says how to wrap a bare token source
-(`NotAnEngineError`).
+(`NotAnEngineError`). `warn_once` logs a warning once per engine (the server's "this engine
+does not ..." warnings).
 
 It builds no engine: the engines by name (`ENGINES`, replay, native, vLLM, SGLang) are
 `registry.py`'s, which re-exports these names from its own import path.
@@ -17,7 +18,8 @@ It builds no engine: the engines by name (`ENGINES`, replay, native, vLLM, SGLan
 from __future__ import annotations
 
 import logging
-from collections.abc import Awaitable, Callable, Sequence
+import weakref
+from collections.abc import Awaitable, Callable, Hashable, Sequence
 
 import attrs
 
@@ -27,7 +29,7 @@ from streamfold.statemachine._grammar import Grammar
 
 from .formats import HARMONY, ChatFormat
 
-__all__ = ["Engine", "NotAnEngineError", "UnknownModelError", "require_engine"]
+__all__ = ["Engine", "NotAnEngineError", "UnknownModelError", "require_engine", "warn_once"]
 
 logger = logging.getLogger("streamfold.server")
 
@@ -98,23 +100,37 @@ class Engine:
         chat_format = self.chat_format(model)
         family = getattr(grammar, "name", None)
         if self.format_for is None and family != chat_format.name:
-            key = (id(self), family)
-            if key not in _mismatched:
-                _mismatched.add(key)
-                logger.warning(
-                    "the engine reads model %r with the %r grammar but prompts it in its chat "
-                    "format %r (Engine.format): the model gets that family's prompt and stop "
-                    "ids. Name the model's format: Engine(source=..., format=ChatTemplateFormat"
-                    "(model_dir)) for a think-tag model (streamfold.adapters.formats)",
-                    model,
-                    family,
-                    chat_format.name,
-                )
+            warn_once(
+                self,
+                ("grammar family", family),
+                "the engine reads model %r with the %r grammar but prompts it in its chat "
+                "format %r (Engine.format): the model gets that family's prompt and stop "
+                "ids. Name the model's format: Engine(source=..., format=ChatTemplateFormat"
+                "(model_dir)) for a think-tag model (streamfold.adapters.formats)",
+                model,
+                family,
+                chat_format.name,
+            )
         return grammar, chat_format
 
 
-#: (engine id, grammar family) pairs whose mismatch with the engine's format was logged.
-_mismatched: set[tuple[int, object]] = set()
+#: What `warn_once` has said of each live engine, by the engine's `id`. An entry goes with its
+#: engine (`weakref.finalize` runs as the engine is collected, before its id can be another
+#: object's), so a new engine that gets a collected one's id is warned afresh. (Not a
+#: WeakKeyDictionary: an `Engine` compares and hashes by value, and two equal engines are two.)
+_said: dict[int, set[Hashable]] = {}
+
+
+def warn_once(engine: Engine, what: Hashable, message: str, *args: object) -> None:
+    """Log `message % args` as a warning on `streamfold.server` the first time `what` is said
+    of `engine` (not once per request), from where it is called."""
+    said = _said.get(id(engine))
+    if said is None:
+        said = _said[id(engine)] = set()
+        weakref.finalize(engine, _said.pop, id(engine), None).atexit = False
+    if what not in said:
+        said.add(what)
+        logger.warning(message, *args, stacklevel=2)
 
 
 class NotAnEngineError(StreamfoldError, TypeError):

@@ -9,7 +9,6 @@ that nothing is generated for a request that cannot be answered.
 from __future__ import annotations
 
 import json
-import logging
 import secrets
 from collections.abc import Callable, Mapping
 from typing import Any
@@ -20,6 +19,7 @@ from streamfold.engines import DecodingConstraint, GenerationRequest, SamplingPa
 from streamfold.statemachine import ConversationRef, ReasoningConfig, Response
 from streamfold.statemachine._grammar import Grammar
 
+from .._engine import warn_once
 from ..agent._config import AgentConfig, AgentRun, prepare_agent, served_tools
 from ..protocol import (
     INPUT_ITEM_PREFIX,
@@ -44,10 +44,6 @@ from ._store import EventStore
 from ._truncate import render_truncated
 
 __all__ = ["Prepared", "new_response_id", "prepare"]
-
-logger = logging.getLogger("streamfold.server")
-#: Engines already said to leave constraints unenforced (said once each, not per request).
-_unenforced: set[int] = set()
 
 
 @attrs.frozen(kw_only=True)
@@ -202,13 +198,13 @@ async def prepare(
         decoding=chat_format.constraint_for(budgeted),
     )
     if generation.decoding is not None and not engine.enforces_constraints:
-        if id(engine) not in _unenforced:
-            _unenforced.add(id(engine))
-            logger.warning(
-                "this engine does not enforce structured outputs or tool_choice (%s asked); "
-                "it serves what it would anyway (replay: what was recorded)",
-                generation.decoding.summary,
-            )
+        warn_once(
+            engine,
+            "unenforced constraints",
+            "this engine does not enforce structured outputs or tool_choice (%s asked); "
+            "it serves what it would anyway (replay: what was recorded)",
+            generation.decoding.summary,
+        )
     kept = saved_input(request.previous_response_id, own)
     appended: tuple[ItemRow, ...] = ()
     if cached is not None or conversation is not None:
