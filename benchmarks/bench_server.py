@@ -61,6 +61,7 @@ import contextlib
 import json
 import multiprocessing
 import os
+import random
 import socket
 import statistics
 import subprocess
@@ -426,10 +427,17 @@ class LagProbe:
 
 
 async def run_streams(
-    port: int, concurrency: int, streams: int, keep_alive: bool, websocket: bool
+    port: int,
+    concurrency: int,
+    streams: int,
+    keep_alive: bool,
+    websocket: bool,
+    rate: float | None = None,
 ) -> tuple[list[Result], list[float], dict[str, tuple[float, float]]]:
     """One client process's share of a level: its results, its loop's lags (s), and with
-    `--stamps` its streams' send and first-receive times."""
+    `--stamps` its streams' send and first-receive times. `rate`: an open loop instead, each
+    stream started at its own time, Poisson arrivals at `rate` a second (the same times for
+    every contender: a fixed seed), however many are then in flight."""
     results: list[Result] = []
     limiter = anyio.Semaphore(concurrency)
     probe = LagProbe()
@@ -441,7 +449,14 @@ async def run_streams(
     probe.start()
     try:
         async with anyio.create_task_group() as tg:
-            if keep_alive or websocket:  # one connection per concurrent client, each its share
+            if rate is not None:
+                arrivals = random.Random(0)
+                at = anyio.current_time()
+                for _ in range(streams):
+                    at += arrivals.expovariate(rate)
+                    await anyio.sleep_until(at)
+                    tg.start_soon(one_stream, port, results)
+            elif keep_alive or websocket:  # one connection per concurrent client, each its share
                 for i in range(concurrency):
                     tg.start_soon(
                         socket_streams if websocket else kept_streams,
@@ -484,14 +499,16 @@ def run_level(
     keep_alive: bool = False,
     websocket: bool = False,
     procs: int = 1,
+    rate: float | None = None,
 ) -> dict[str, float]:
     """One level against one server: `concurrency` streams at a time, spread over `procs`
-    client processes (each its share of the streams and of the concurrency, its own loop)."""
+    client processes (each its share of the streams and of the concurrency, its own loop);
+    with `rate`, an open loop from one process (`run_streams`)."""
     if websocket:  # warm up (trace loading, vocabulary)
         anyio.run(socket_streams, port, 1, [])
     else:
         anyio.run(one_stream, port, [])
-    procs = max(1, min(procs, concurrency))
+    procs = 1 if rate is not None else max(1, min(procs, concurrency))
     results: list[Result] = []
     lags: list[float] = []
     sent: dict[str, tuple[float, float]] = {}
@@ -501,7 +518,7 @@ def run_level(
     if procs == 1:
         t0, cpu0 = time.perf_counter(), cpu_seconds(pid)
         results, lags, sent = anyio.run(
-            run_streams, port, concurrency, streams, keep_alive, websocket
+            run_streams, port, concurrency, streams, keep_alive, websocket, rate
         )
     else:
         context = multiprocessing.get_context("fork")
@@ -637,6 +654,15 @@ def main() -> None:
         help="split each time to first event into the server's part and the client's, with "
         "a stamping ASGI wrapper around either server (see `Stamped`)",
     )
+    parser.add_argument(
+        "--rates",
+        type=float,
+        nargs="*",
+        default=[],
+        help="open-loop levels after the concurrency levels: streams started at these rates "
+        "(a second, Poisson arrivals, the same for every contender), not when others end; the "
+        "time to first event without the closed loop's bursts",
+    )
     parser.add_argument("--json", action="store_true", help="print one JSON line per run")
     parser.add_argument("--serve", help=argparse.SUPPRESS)
     parser.add_argument("--traces", type=Path, help=argparse.SUPPRESS)
@@ -662,37 +688,57 @@ def main() -> None:
                 f"{args.store} event log, {args.rounds} interleaved rounds, {os.cpu_count()} "
                 f"CPUs shared with other work (load average {load:.1f}): compare within a run"
             )
-            for level in args.concurrency:
+            levels: list[tuple[int, float | None]] = [(c, None) for c in args.concurrency]
+            levels += [(0, rate) for rate in args.rates]
+            for level, rate in levels:
                 # Per client-process count, per contender: every pair once per round.
+                counts = [1] if rate is not None else args.client_procs
                 rows: dict[int, dict[str, list[dict[str, float]]]] = {
-                    procs: {name: [] for name in servers} for procs in args.client_procs
+                    procs: {name: [] for name in servers} for procs in counts
                 }
                 for _ in range(args.rounds):
-                    for procs in args.client_procs:
+                    for procs in counts:
                         for name, (proc, port) in servers.items():
                             streams = max(args.streams, level)
                             websocket = name.startswith("streamfold-ws")
+                            if rate is not None and (websocket or args.keep_alive):
+                                raise SystemExit("--rates opens a connection per stream")
                             row = run_level(
-                                port, level, streams, proc.pid, args.keep_alive, websocket, procs
+                                port,
+                                level,
+                                streams,
+                                proc.pid,
+                                args.keep_alive,
+                                websocket,
+                                procs,
+                                rate,
                             )
                             rows[procs][name].append(row)
                             if args.json:
                                 print(json.dumps({"contender": name, **row}))
                 for procs, by_name in rows.items():
-                    report(level, by_name, procs)
+                    report(level, by_name, procs, rate)
         finally:
             for proc, _ in servers.values():
                 proc.terminate()
                 proc.wait(timeout=10)
 
 
-def report(level: int, rows: dict[str, list[dict[str, float]]], procs: int = 1) -> None:
+def report(
+    level: int,
+    rows: dict[str, list[dict[str, float]]],
+    procs: int = 1,
+    rate: float | None = None,
+) -> None:
     def span(name: str, key: str, fmt: str) -> str:
         values = [row[key] for row in rows[name]]
         return f"{min(values):{fmt}}–{max(values):{fmt}}"
 
     clients = f", {procs} client processes" if procs > 1 else ""
-    print(f"\nconcurrency {level}{clients}:")
+    if rate is None:
+        print(f"\nconcurrency {level}{clients}:")
+    else:  # events/s is then the load offered, not what the server can do
+        print(f"\nopen loop, {rate:g} streams/s (Poisson arrivals; events/s is the load offered):")
     print(
         "| server | events/s | server CPU µs/event (kernel share) | TTFE p50 ms | TTFE p99 ms "
         "| stream p50 ms | connect p50 ms | client lag p50/p99 ms |"
@@ -747,10 +793,14 @@ def report(level: int, rows: dict[str, list[dict[str, float]]], procs: int = 1) 
                 a["ttfe_p50_ms"] / b["ttfe_p50_ms"]
                 for a, b in zip(rows[ours], rows[peer], strict=True)
             ]
+            speeds = (
+                f"{min(speed):.2f}–{max(speed):.2f}× the events/s (target ≥ 3×), "
+                if rate is None
+                else ""
+            )
             print(
-                f"- {ours} vs {peer}: {min(speed):.2f}–{max(speed):.2f}× the events/s "
-                f"(target ≥ 3×), {min(cpu):.2f}–{max(cpu):.2f}× less server CPU per event, "
-                f"{min(ttfe):.2f}–{max(ttfe):.2f}× the TTFE p50 (target ≤ 1×)"
+                f"- {ours} vs {peer}: {speeds}{min(cpu):.2f}–{max(cpu):.2f}× less server CPU "
+                f"per event, {min(ttfe):.2f}–{max(ttfe):.2f}× the TTFE p50 (target ≤ 1×)"
             )
 
 
