@@ -44,8 +44,14 @@ kept-alive connection for all its requests, as a client's connection pool does. 
 repository root:
 
     python benchmarks/bench_server.py [--concurrency 10 200] [--streams 2000] [--rounds 3]
-        [--tokens 100] [--store sqlite|memory] [--keep-alive]
+        [--tokens 100] [--store sqlite|memory] [--keep-alive] [--rates 200 400]
         [--contenders streamfold peer:httptools:uvloop] [--stamps] [--client-procs 1 4]
+
+The concurrency levels are a closed loop: each client sends its next request when its stream
+ends, so streams that end together make the next requests arrive together. `--rates` adds
+open-loop levels: streams started at Poisson arrival times at that rate (a fixed seed, the same
+for every contender), whatever is in flight; there events/s is the load offered, and the time
+to first event is what a request arriving on its own waits.
 
 WebSocket against SSE (and against a baseline checkout, installed as above):
 
