@@ -47,8 +47,14 @@ __all__ = ["SQLiteEventStore", "StoreLockedError"]
 
 log = logging.getLogger("streamfold.server")
 
-# Pages of WAL between two checkpoints (SQLite's own automatic default is 1000).
-CHECKPOINT_PAGES = 1000
+# Pages of WAL between two checkpoints. The commit that runs one holds every other response's
+# next write until it ends (the log writer commits one group at a time; a checkpoint running
+# beside the writes never copies the whole WAL, which then grows without bound): at SQLite's
+# own default of 1000 that was 10-12 ms of held writes each time, the server's time to first
+# event p99 under an open-loop load (15.9-18.9 ms at 400 streams/s); at 250, 2.5-3 ms each,
+# four times as often, and a p99 of 5.7-7.0 ms, with events/s and CPU per event unchanged
+# within the runs' spread (`benchmarks/bench_server.py --rates`, docs/benchmarks.md).
+CHECKPOINT_PAGES = 250
 
 
 class StoreLockedError(StoreError):
