@@ -93,16 +93,6 @@ RUNS = 24
 STEPS = 400
 
 
-@pytest.fixture(scope="module")
-def model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return build_model_dir(tmp_path_factory.mktemp("qwenish"))
-
-
-@pytest.fixture(scope="module")
-def chat_format(model_dir: Path) -> ChatTemplateFormat:
-    return ChatTemplateFormat(model_dir)
-
-
 def _request(fields: dict[str, Any]) -> Any:
     return parse_create_request(
         {"model": "qwenish", "input": "Hi", "max_output_tokens": BUDGET, **fields}

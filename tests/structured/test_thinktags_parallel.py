@@ -22,7 +22,6 @@ from hypothesis import strategies as st
 
 from streamfold.adapters.formats import ChatTemplateFormat
 from streamfold.engines.guidance import guidance_for
-from tests.adapters.chat_template_model import build_model_dir
 
 from .test_thinktags_grammar import JSON_ANSWER, PET, SCHEMAS, TOOLS, _read, _request
 
@@ -54,16 +53,6 @@ def call(name: str, arguments: dict[str, Any]) -> str:
 WEATHER = call("get_weather", {"city": "Paris"})
 TIME = call("get_time", {"zone": "UTC"})
 STOP = "<|im_end|>"
-
-
-@pytest.fixture(scope="module")
-def model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return build_model_dir(tmp_path_factory.mktemp("qwenish"))
-
-
-@pytest.fixture(scope="module")
-def chat_format(model_dir: Path) -> ChatTemplateFormat:
-    return ChatTemplateFormat(model_dir)
 
 
 @pytest.fixture(scope="module")
