@@ -38,6 +38,15 @@ sent-back item with only its `encrypted_content` is opened by the server before 
 
 Stop ids: the tokenizer's end-of-sequence token, and the chat templates' turn end tokens
 (`<|im_end|>`, `<|endoftext|>`, `<|eot_id|>`, `<｜end▁of▁sentence｜>`) the vocabulary has.
+
+One call: with `parallel_tool_calls: false` (and tools shown) a generation also stops at
+`</tool_call>` (`stop_token_ids_for`), so it ends with its first call however many the model
+would write; unconstrained requests included (a constraint's grammar allows one call anyway).
+The tag is a stop id only where it is one token of the vocabulary (Qwen3's and Hermes' are
+added tokens); where it is not, no stop id can say it and the engines take none other (a
+`GenerationRequest` has no stop strings), so such a model may still write several calls, all
+of which come back. A `</tool_call>` token the model writes inside its reasoning ends the
+generation there too: the response completes with that reasoning and no call.
 The grammar is the `ThinkTagGrammar` on the model's own `tokenizer.json`, reading from
 reasoning when the template opens `<think>` in the prompt (DeepSeek-R1).
 
@@ -372,6 +381,18 @@ class ChatTemplateFormat:
         stops = [] if tokenizer.eos_token_id is None else [tokenizer.eos_token_id]
         stops += [vocab[t] for t in TURN_END_TOKENS if t in vocab]
         return tuple(dict.fromkeys(stops))
+
+    def stop_token_ids_for(self, request: CreateRequest) -> tuple[int, ...]:
+        """The turn ends, and `</tool_call>` when `request` allows one call
+        (`parallel_tool_calls: false`, tools shown): the generation ends with its first call,
+        which the grammar reads at that tag or, where an engine leaves the tag out, at the
+        `stop` (see "One call" in the module docstring)."""
+        stops = self.stop_token_ids()
+        if request.parallel_tool_calls or not shown_tools(request):
+            return stops
+        tags = self.tag_tokens()
+        close = tags.token_ids.get(tags.tool_close)
+        return stops if close is None or close in stops else (*stops, close)
 
     def grammar(self) -> Grammar:
         return self._think_grammar()

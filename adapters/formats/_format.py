@@ -5,7 +5,9 @@ rest of streamfold must agree on, and they live together here so that adding a f
 module:
 
 - `render(request, ...)`: the prompt, as token ids, for the assistant's next turn;
-- `stop_token_ids()`: the tokens that end an assistant turn (the engine stops on them);
+- `stop_token_ids()`: the tokens that end an assistant turn; `stop_token_ids_for(request)`:
+  those one request's generation stops on (the engine's `stop_token_ids`: a think-tag model
+  allowed one call stops after it);
   `load()` readies rendering (a worker process calls it before its first timed render);
 - `grammar()`: the reducer's `Grammar` that reads what a live model of the family writes;
 - `constraint_for(request)`: the grammar a request asks the whole completion to follow
@@ -58,6 +60,12 @@ class ChatFormat(Protocol):
 
     def stop_token_ids(self) -> tuple[int, ...]:
         """The tokens that end an assistant turn."""
+        ...
+
+    def stop_token_ids_for(self, request: CreateRequest) -> tuple[int, ...]:
+        """The tokens `request`'s generation stops on: the turn ends, and any the request
+        adds (a think-tag model allowed one call, `parallel_tool_calls: false`, stops at the
+        end of its first)."""
         ...
 
     def grammar(self) -> Grammar:

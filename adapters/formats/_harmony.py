@@ -37,6 +37,11 @@ class HarmonyFormat:
     def stop_token_ids(self) -> tuple[int, ...]:
         return stop_token_ids()
 
+    def stop_token_ids_for(self, request: CreateRequest) -> tuple[int, ...]:
+        """The turn ends whatever `request` asks: a completion that calls a tool already
+        stops at its `<|call|>`, one call per completion."""
+        return self.stop_token_ids()
+
     def load(self) -> None:
         from streamfold.engines.vocab import harmony_encoding
 

@@ -194,7 +194,7 @@ async def prepare(
         model=request.model,
         max_output_tokens=max_output_tokens,
         sampling=sampling,
-        stop_token_ids=chat_format.stop_token_ids(),
+        stop_token_ids=chat_format.stop_token_ids_for(request),
         decoding=chat_format.constraint_for(budgeted),
     )
     if generation.decoding is not None and not engine.enforces_constraints:

@@ -111,6 +111,28 @@ def test_stop_ids_are_the_templates_turn_ends(model_dir: Path) -> None:
     assert tokenizer.convert_ids_to_tokens(list(stops)) == ["<|im_end|>", "<|endoftext|>"]
 
 
+@pytest.mark.parametrize(
+    ("fields", "one_call"),
+    [
+        ({"tools": TOOLS, "parallel_tool_calls": False}, True),
+        ({"tools": TOOLS}, False),  # parallel_tool_calls defaults to true
+        ({"parallel_tool_calls": False}, False),  # no tools shown
+        ({"tools": TOOLS, "tool_choice": "none", "parallel_tool_calls": False}, False),
+    ],
+)
+def test_a_request_allowed_one_call_stops_at_its_end(
+    model_dir: Path, fields: dict[str, Any], one_call: bool
+) -> None:
+    """Bug: `parallel_tool_calls: false` without a constraint was not enforced; the generation
+    now stops at the first call's `</tool_call>` (one token of this vocabulary)."""
+    chat_format = ChatTemplateFormat(model_dir)
+    request = parse_create_request({"model": "qwenish", "input": "Hi", **fields})
+    tokenizer = transformers.AutoTokenizer.from_pretrained(str(model_dir))
+    stops = tokenizer.convert_ids_to_tokens(list(chat_format.stop_token_ids_for(request)))
+    turn_ends = ["<|im_end|>", "<|endoftext|>"]
+    assert stops == ([*turn_ends, "</tool_call>"] if one_call else turn_ends)
+
+
 def answer_ids(model_dir: Path, text: str) -> list[int]:
     tokenizer = transformers.AutoTokenizer.from_pretrained(str(model_dir))
     return list(tokenizer.encode(text, add_special_tokens=False))

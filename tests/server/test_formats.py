@@ -86,3 +86,13 @@ def test_the_server_renders_and_stops_in_the_engines_format(tmp_path: Path) -> N
     assert sent.stop_token_ids == (11, 12)
     expected = parse_create_request({"model": "greeting", "input": "hi"})
     assert sent.prompt_token_ids == (7, *HARMONY.render(expected))
+
+
+def test_harmony_stops_a_one_call_request_at_its_turn_ends() -> None:
+    """gpt-oss stops at its call's `<|call|>` already: `parallel_tool_calls: false` adds no
+    stop id (a think-tag model's `</tool_call>` is one, `tests/adapters/test_chat_template`)."""
+    tools = [{"type": "function", "name": "f", "parameters": {"type": "object"}}]
+    request = parse_create_request(
+        {"model": "m", "input": "hi", "tools": tools, "parallel_tool_calls": False}
+    )
+    assert HARMONY.stop_token_ids_for(request) == HARMONY.stop_token_ids()
