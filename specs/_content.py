@@ -1,5 +1,5 @@
-"""Rules on what a completed response says, against what its request asked (R31, R32), and on
-any terminal response's usage against its budget (R33).
+"""Rules on what a completed response says, against what its request asked (R31, R32, R34),
+and on any terminal response's usage against its budget (R33).
 
 Structured outputs and `tool_choice` are promises about content, and peers break them silently
 (vLLM #23120 and #44216, sglang #31019): the stream is well formed, the answer is not JSON, or
@@ -16,6 +16,8 @@ anywhere.
   custom tool, MCP server or one of its tools, hosted tool) → at least one call, and only to
   it; `allowed_tools` → only calls to those (at least one in `required` mode); `none` → no
   call.
+- **R34**: `parallel_tool_calls: false` holds: at most one call the client runs
+  (`function_call`, `custom_tool_call`); the server's own tool calls are not counted.
 
 Schemas are validated with `jsonschema` (Draft 2020-12) where it is installed; without it, R31
 checks only that the JSON parses.
@@ -177,6 +179,23 @@ def _choice_rule(choice: Any, output: list[Any], report: Report) -> None:
                 )
 
 
+#: The calls a client runs, which `parallel_tool_calls: false` allows one of.
+_CLIENT_CALLS = frozenset({"function_call", "custom_tool_call"})
+
+
+def _parallel_rule(response: Mapping[str, Any], output: list[Any], report: Report) -> None:
+    if response.get("parallel_tool_calls") is not False:
+        return
+    calls = [i for i in output if isinstance(i, Mapping) and i.get("type") in _CLIENT_CALLS]
+    if len(calls) > 1:
+        names = ", ".join(repr(call.get("name")) for call in calls)
+        report(
+            "R34",
+            f"parallel_tool_calls is false but the response made {len(calls)} client calls "
+            f"({names}); it allows one",
+        )
+
+
 def budget_rule(response: Mapping[str, Any], report: Report) -> None:
     """R33 on a terminal event's response: `usage.output_tokens` is at most the
     `max_output_tokens` it echoes (a server that let its engine run past the budget)."""
@@ -194,7 +213,7 @@ def budget_rule(response: Mapping[str, Any], report: Report) -> None:
 
 
 def content_rules(response: Mapping[str, Any], report: Report) -> None:
-    """R31 and R32 on a `response.completed`'s response."""
+    """R31, R32 and R34 on a `response.completed`'s response."""
     output = response.get("output")
     if not isinstance(output, list):
         return
@@ -203,3 +222,4 @@ def content_rules(response: Mapping[str, Any], report: Report) -> None:
     if isinstance(tools, list):
         _strict_call_rule(tools, output, report)
     _choice_rule(response.get("tool_choice", "auto"), output, report)
+    _parallel_rule(response, output, report)

@@ -45,6 +45,7 @@ RULES: dict[str, str] = {
     "R31": "a strict text.format answer (and strict function arguments) follow their schema",
     "R32": "tool_choice holds: required calls, named calls only that, none calls nothing",
     "R33": "usage.output_tokens is at most the response's max_output_tokens",
+    "R34": "parallel_tool_calls false holds: at most one client call",
 }
 
 

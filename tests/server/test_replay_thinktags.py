@@ -92,11 +92,41 @@ class Recording:
         return generated
 
 
-def replay_served(root: Path) -> tuple[Engine, Recording]:
-    """`streamfold serve --engine replay --traces ROOT`'s engine, its source recorded."""
+@attrs.define
+class Stopping(Recording):
+    """A recorded replay source that stops at the request's stop ids as a live engine does (the
+    replay engine serves its recording whole): the stop token kept as the last of the output
+    (`keep`: vLLM, the native engine), or left out and named in `stop_reason`."""
+
+    keep: bool = True
+
+    async def _stopped(self, request: GenerationRequest) -> AsyncIterator[TokenChunk]:
+        chunks = self.inner.generate(request)
+        try:
+            async for chunk in chunks:
+                stops = [t for t in chunk.token_ids if t in request.stop_token_ids]
+                if not stops:
+                    yield chunk
+                    continue
+                at = chunk.token_ids.index(stops[0]) + (1 if self.keep else 0)
+                yield TokenChunk(
+                    token_ids=chunk.token_ids[:at], finish_reason="stop", stop_reason=stops[0]
+                )
+                return
+        finally:
+            await chunks.aclose()
+
+    def generate(self, request: GenerationRequest) -> AsyncIterator[TokenChunk]:
+        self.seen.append(request)
+        return self._stopped(request)
+
+
+def replay_served(root: Path, *, stops: bool | None = None) -> tuple[Engine, Recording]:
+    """`streamfold serve --engine replay --traces ROOT`'s engine, its source recorded; with
+    `stops`, stopping at the stop ids (`Stopping`, `keep=stops`)."""
     args = argparse.Namespace(traces=str(root), replay_delay=0.0, chat_format="harmony")
     engine = ENGINES["replay"](args)
-    recording = Recording(engine.source)
+    recording = Recording(engine.source) if stops is None else Stopping(engine.source, keep=stops)
     return attrs.evolve(engine, source=recording), recording
 
 

@@ -7,7 +7,8 @@ replays a Qwen-style completion with two calls: the grammar the engine is handed
 token to llguidance's matcher, as those engines' backends do) takes that completion, and the
 response holds both as `function_call` items with their own ids and output indices, its stream
 passing the checker (R32 included). With `parallel_tool_calls: false` the grammar refuses the
-second call.
+second call, and the engine, stopping at `</tool_call>` as a live one does (the replay wrapped,
+`Stopping`), returns the first alone (R34).
 """
 
 from __future__ import annotations
@@ -60,7 +61,7 @@ def test_two_calls_in_one_completion_come_back_as_two_function_calls(
     turn = _completion(written)
     model_dir = build_model_dir(tmp_path / "traces" / "qwenish")
     write_conversation(model_dir, [turn])
-    engine, recording = replay_served(tmp_path / "traces")
+    engine, recording = replay_served(tmp_path / "traces", stops=True)
     body: dict[str, Any] = {"model": "qwenish", "tools": TOOLS, "tool_choice": choice}
     with serve(create_app(engine)) as url:
         events, response = streamed(url, {**body, "input": "Weather and time?"})
@@ -83,5 +84,6 @@ def test_two_calls_in_one_completion_come_back_as_two_function_calls(
     serial_decoding = recording.seen[1].decoding
     assert serial_decoding is not None
     assert serial["parallel_tool_calls"] is False
+    assert [c["name"] for c in serial["output"] if c["type"] == "function_call"] == names[:1]
     assert not _grammar_takes(model_dir, serial_decoding.grammar, turn)
     assert _grammar_takes(model_dir, serial_decoding.grammar, _completion(written[:1]))

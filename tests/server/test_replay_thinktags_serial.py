@@ -8,27 +8,24 @@ stop ids hold `</tool_call>` (one token of the vocabulary), so the engine stops 
 call, and the response completes with that one `function_call`, whether the engine keeps its
 stop token in the output (vLLM, the native engine) or leaves it out and names it in
 `stop_reason`. The replay engine serves its recording whole whatever the stop ids say, so here
-it is wrapped to stop as those engines do; `streamfold serve --engine replay` replays a
+it is wrapped to stop as those engines do (`Stopping`); `streamfold serve --engine replay` replays a
 completion with two calls, and every stream passes the checker.
 """
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
-import attrs
 import pytest
 
 from streamfold.adapters.registry import Engine
 from streamfold.adapters.server import create_app
-from streamfold.engines import GenerationRequest, TokenChunk
 from tests.adapters.chat_template_model import build_model_dir
 from tests.structured.test_thinktags_parallel import THOUGHT, TIME, WEATHER
 
 from .serving import serve
-from .test_replay_thinktags import replay_served, streamed, write_conversation
+from .test_replay_thinktags import Recording, replay_served, streamed, write_conversation
 
 transformers = pytest.importorskip("transformers")
 
@@ -41,44 +38,15 @@ TOOLS = [
 ]
 
 
-@attrs.define
-class Stopping:
-    """The replay engine's source, stopping at the request's stop ids as a live engine does:
-    the stop token kept as the chunk's last (`keep`), or left out and named in `stop_reason`.
-    Records each request it is sent."""
-
-    inner: Any
-    keep: bool
-    seen: list[GenerationRequest] = attrs.Factory(list)
-
-    async def generate(self, request: GenerationRequest) -> AsyncIterator[TokenChunk]:
-        self.seen.append(request)
-        chunks = self.inner.generate(request)
-        try:
-            async for chunk in chunks:
-                stops = [t for t in chunk.token_ids if t in request.stop_token_ids]
-                if not stops:
-                    yield chunk
-                    continue
-                at = chunk.token_ids.index(stops[0]) + (1 if self.keep else 0)
-                yield TokenChunk(
-                    token_ids=chunk.token_ids[:at], finish_reason="stop", stop_reason=stops[0]
-                )
-                return
-        finally:
-            await chunks.aclose()
-
-
-def _served(tmp_path: Path, keep: bool) -> tuple[Engine, Stopping, int]:
-    """The replay engine of `TURN`, its source stopping as `Stopping` does, and the model's
-    `</tool_call>` id."""
+def _served(tmp_path: Path, keep: bool) -> tuple[Engine, Recording, int]:
+    """The replay engine of `TURN`, its source stopping at stop ids (`Stopping`), and the
+    model's `</tool_call>` id."""
     model_dir = build_model_dir(tmp_path / "traces" / "qwenish")
     write_conversation(model_dir, [TURN])
-    engine, recording = replay_served(tmp_path / "traces")
-    stopping = Stopping(recording.inner, keep)
+    engine, source = replay_served(tmp_path / "traces", stops=keep)
     tokenizer = transformers.AutoTokenizer.from_pretrained(str(model_dir))
     (close,) = tokenizer.encode("</tool_call>", add_special_tokens=False)
-    return attrs.evolve(engine, source=stopping), stopping, close
+    return engine, source, close
 
 
 def _calls(response: dict[str, Any]) -> list[str]:

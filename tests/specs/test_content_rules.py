@@ -173,3 +173,36 @@ def test_every_named_and_allowed_form_holds_only_its_tools(
 ) -> None:
     rules = [r[:3] for r in _rules({"output": output, "tool_choice": choice})]
     assert rules == (["R32"] if broken else []), (choice, output, rules)
+
+
+@pytest.mark.parametrize(
+    ("parallel", "output", "broken"),
+    [
+        (False, [FN, {**FN, "call_id": "c3"}], True),
+        (False, [FN, CUSTOM], True),
+        (False, [FN], False),
+        (False, [MCP, SEARCH, FN], False),  # the server's own calls are not counted
+        (True, [FN, {**FN, "call_id": "c3"}], False),
+        (None, [FN, CUSTOM], False),  # not echoed: the API's default, parallel
+    ],
+)
+def test_parallel_tool_calls_false_allows_one_client_call(
+    parallel: bool | None, output: list[Any], broken: bool
+) -> None:
+    """Bug pinned: a think-tag model served with `parallel_tool_calls: false` and no constraint
+    had both calls it wrote come back, and the checker called the stream conformant."""
+    response: dict[str, Any] = {"output": output, "tool_choice": "auto"}
+    if parallel is not None:
+        response["parallel_tool_calls"] = parallel
+    rules = [r[:3] for r in _rules(response)]
+    assert rules == (["R34"] if broken else [])
+
+
+def test_the_checker_applies_r34_to_a_streams_completed_response() -> None:
+    events = good_stream()  # reasoning, a plain message, then a get_weather call
+    planted = copy.deepcopy(events)
+    final = planted[-1]["response"]
+    final["parallel_tool_calls"] = False
+    assert check(planted) == []  # one call
+    final["output"].append({**final["output"][-1], "id": "fc_other", "call_id": "call_other"})
+    assert "R34" in [v.rule for v in check(planted)]
