@@ -47,6 +47,7 @@ added tokens); where it is not, no stop id can say it and the engines take none 
 `GenerationRequest` has no stop strings), so such a model may still write several calls, all
 of which come back. A `</tool_call>` token the model writes inside its reasoning ends the
 generation there too: the response completes with that reasoning and no call.
+
 The grammar is the `ThinkTagGrammar` on the model's own `tokenizer.json`, reading from
 reasoning when the template opens `<think>` in the prompt (DeepSeek-R1).
 
