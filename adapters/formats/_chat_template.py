@@ -56,8 +56,8 @@ grammar over the completion (`structured.thinktags_grammar`): free reasoning ins
 `<think>…</think>`, bounded by the budget as harmony's is, then the JSON answer `text.format`
 asks for, or a Hermes `<tool_call>` to a function the request shows the model (`required`,
 a named function or custom tool), by its shown name, its arguments following a strict tool's
-schema; a custom tool's are `{"input": "<string>"}` (a custom tool's own grammar, Lark or
-regex, is not enforced inside that string).
+schema; a custom tool's are `{"input": "<string>"}`, the string held to the tool's `regex`
+grammar (a Lark one is not enforced inside it).
 
 Not yet: server-side tools (`namespaces`, `after`: the agent loop) are harmony only.
 """
@@ -100,7 +100,15 @@ from ..protocol import (
     ToolSearchCallInput,
     ToolSearchOutputInput,
 )
-from ..structured import JsonBody, ThinkTagTokens, budget_shape, shape_for, thinktags_grammar
+from ..structured import (
+    Body,
+    JsonBody,
+    RegexBody,
+    ThinkTagTokens,
+    budget_shape,
+    shape_for,
+    thinktags_grammar,
+)
 from ._harmony_prompt import search_function
 
 __all__ = [
@@ -289,16 +297,21 @@ def _recipient(tool: FlatTool) -> str:
     return f"{tool.namespace or 'functions'}.{tool.name or TOOL_SEARCH}"
 
 
-#: A custom tool's arguments: its input as one string (a grammar of its own is not enforced
-#: inside the JSON string).
-_CUSTOM_BODY = JsonBody(
-    schema={
-        "type": "object",
-        "properties": {CUSTOM_INPUT: {"type": "string"}},
-        "required": [CUSTOM_INPUT],
-        "additionalProperties": False,
-    }
-)
+def _custom_body(body: Body) -> JsonBody:
+    """A custom tool's arguments: its input as one string. A `regex` grammar holds that string
+    (a JSON Schema `pattern`: llguidance matches the decoded string, escapes and all, against
+    it); a `lark` grammar is not enforced inside the JSON string."""
+    text: dict[str, Any] = {"type": "string"}
+    if isinstance(body, RegexBody):
+        text["pattern"] = f"^(?:{body.pattern})$"
+    return JsonBody(
+        schema={
+            "type": "object",
+            "properties": {CUSTOM_INPUT: text},
+            "required": [CUSTOM_INPUT],
+            "additionalProperties": False,
+        }
+    )
 
 
 class ChatTemplateFormat:
@@ -453,7 +466,7 @@ class ChatTemplateFormat:
                 attrs.evolve(
                     call,
                     recipient=f"functions.{shown[call.recipient].flat}",
-                    body=_CUSTOM_BODY
+                    body=_custom_body(call.body)
                     if shown[call.recipient].kind == "custom_tool_call"
                     else call.body,
                 )

@@ -35,7 +35,7 @@ from streamfold.adapters.protocol import RequestError, parse_create_request
 from streamfold.adapters.structured import guard_schema, without_tags
 from streamfold.engines import TokenChunk
 from streamfold.engines.guidance import guidance_for
-from streamfold.statemachine import Response
+from streamfold.statemachine import CustomTool, Response
 from tests.adapters.chat_template_model import R1_OPENING, build_model_dir
 
 transformers = pytest.importorskip("transformers")
@@ -338,6 +338,11 @@ NAMESPACED = {
     "tools": [{"type": "function", "name": "get_weather", "parameters": WEATHER, "strict": True}],
 }
 PATCHER = {"type": "custom", "name": "apply_patch"}
+CODER = {
+    "type": "custom",
+    "name": "set_code",
+    "format": {"type": "grammar", "syntax": "regex", "definition": '[a-z]+"?[0-9]+'},
+}
 
 
 def _hermes(name: str, arguments: str) -> str:
@@ -379,6 +384,28 @@ def _hermes(name: str, arguments: str) -> str:
             _hermes("get_time", '{"zone":"UTC"}'),
             False,
         ),
+        # A custom tool's regex holds its input, escapes read as JSON reads them (`\"`);
+        # not held before: any string was taken.
+        (
+            {"tools": [CODER], "tool_choice": {"type": "custom", "name": "set_code"}},
+            _hermes("set_code", '{"input":"abc123"}'),
+            True,
+        ),
+        (
+            {"tools": [CODER], "tool_choice": {"type": "custom", "name": "set_code"}},
+            _hermes("set_code", '{"input":"ab\\"12"}'),
+            True,
+        ),
+        (
+            {"tools": [CODER], "tool_choice": {"type": "custom", "name": "set_code"}},
+            _hermes("set_code", '{"input":"123abc"}'),
+            False,
+        ),
+        (
+            {"tools": [CODER], "tool_choice": "auto"},
+            _hermes("set_code", '{"input":"abc"}'),
+            False,
+        ),
     ],
 )
 def test_namespace_and_custom_tools_are_required_by_their_shown_names(
@@ -391,6 +418,27 @@ def test_namespace_and_custom_tools_are_required_by_their_shown_names(
     """Bug: `tool_choice` naming a custom tool (or `required` with a namespace's tools only)
     was a 400, "not shown": the model was shown top-level functions only."""
     assert _accepts(chat_format, fields, _encode(model_dir, completion)) is accepted
+
+
+def test_a_regex_custom_input_is_read_back_unescaped(
+    chat_format: ChatTemplateFormat, model_dir: Path
+) -> None:
+    """The string the regex held is the tool's input as the client gets it: JSON's escapes
+    undone (`ab\\"12` written, `ab"12` read)."""
+    ids = _encode(model_dir, _hermes("set_code", '{"input":"ab\\"12"}'))
+    fields = {"tools": [CODER], "tool_choice": {"type": "custom", "name": "set_code"}}
+    assert _accepts(chat_format, fields, ids)
+    response = Response(
+        id="resp_t",
+        created_at=1,
+        model="m",
+        status="in_progress",
+        tools=(CustomTool(name="set_code"),),
+    )
+    chunks = [TokenChunk(token_ids=(token,)) for token in ids]
+    final = list(fold(chat_format.grammar(), response, chunks, "stop"))[-1].response
+    (call,) = [item for item in final.output if item.type == "custom_tool_call"]
+    assert call.name == "set_code" and call.input == 'ab"12'
 
 
 ALPHABET = "<>/thinkoolcal_x \n"
