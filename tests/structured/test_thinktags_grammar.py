@@ -99,8 +99,8 @@ def _request(fields: dict[str, Any]) -> Any:
     )
 
 
-def _read(chat_format: ChatTemplateFormat, ids: list[int]) -> Any:
-    response = Response(id="resp_t", created_at=1, model="m", status="in_progress")
+def _read(chat_format: ChatTemplateFormat, ids: list[int], tools: tuple[Any, ...] = ()) -> Any:
+    response = Response(id="resp_t", created_at=1, model="m", status="in_progress", tools=tools)
     chunks = [TokenChunk(token_ids=(token,)) for token in ids]
     return list(fold(chat_format.grammar(), response, chunks, "stop"))[-1].response
 
@@ -428,15 +428,7 @@ def test_a_regex_custom_input_is_read_back_unescaped(
     ids = _encode(model_dir, _hermes("set_code", '{"input":"ab\\"12"}'))
     fields = {"tools": [CODER], "tool_choice": {"type": "custom", "name": "set_code"}}
     assert _accepts(chat_format, fields, ids)
-    response = Response(
-        id="resp_t",
-        created_at=1,
-        model="m",
-        status="in_progress",
-        tools=(CustomTool(name="set_code"),),
-    )
-    chunks = [TokenChunk(token_ids=(token,)) for token in ids]
-    final = list(fold(chat_format.grammar(), response, chunks, "stop"))[-1].response
+    final = _read(chat_format, ids, (CustomTool(name="set_code"),))
     (call,) = [item for item in final.output if item.type == "custom_tool_call"]
     assert call.name == "set_code" and call.input == 'ab"12'
 
