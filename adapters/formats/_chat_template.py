@@ -334,6 +334,7 @@ class ChatTemplateFormat:
         self._tokenizer: Any = None
         self._grammar: ThinkTagGrammar | None = None
         self._tags: ThinkTagTokens | None = None
+        self._stops: tuple[int, ...] | None = None
 
     def __getstate__(self) -> dict[str, Any]:
         return {"model_dir": self.model_dir, "name": self.name}
@@ -390,11 +391,15 @@ class ChatTemplateFormat:
         return tuple(tokenizer.encode(text, add_special_tokens=False))
 
     def stop_token_ids(self) -> tuple[int, ...]:
-        tokenizer = self._tokenizer_now()
-        vocab = tokenizer.get_vocab()
-        stops = [] if tokenizer.eos_token_id is None else [tokenizer.eos_token_id]
-        stops += [vocab[t] for t in TURN_END_TOKENS if t in vocab]
-        return tuple(dict.fromkeys(stops))
+        # Found once: the server asks for every request, and `get_vocab()` builds the whole
+        # vocabulary as a dict each time (45 ms for 151k tokens, on the event loop).
+        if self._stops is None:
+            tokenizer = self._tokenizer_now()
+            vocab = tokenizer.get_vocab()
+            stops = [] if tokenizer.eos_token_id is None else [tokenizer.eos_token_id]
+            stops += [vocab[t] for t in TURN_END_TOKENS if t in vocab]
+            self._stops = tuple(dict.fromkeys(stops))
+        return self._stops
 
     def stop_token_ids_for(self, request: CreateRequest) -> tuple[int, ...]:
         """The turn ends, and `</tool_call>` when `request` allows one call
