@@ -149,7 +149,11 @@ class ResponseService:
         recent: Mapping[str, list[Any]] | None = None,
     ) -> Prepared:
         """Validate a `POST /v1/responses` body; raises `RequestError` (4xx) naming the field
-        (see `_prepare.prepare`; `recent`: conversations the store lacks, by response id)."""
+        (see `_prepare.prepare`; `recent`: conversations the store lacks, by response id).
+
+        When many requests arrive together, their openings are committed a few at a time
+        (`LogWriter.room_for_opening`), so the first of them need not wait for the last."""
+        await self.recorder.log.room_for_opening()
 
         def running(response_id: str) -> bool:
             run = self.live.get(response_id)
