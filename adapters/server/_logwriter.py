@@ -34,7 +34,8 @@ openings' runs, woken first, send their first events before any waiter is prepar
 the next group takes half of those that waited (at least `OPENINGS_PER_GROUP`): a burst of
 B openings is committed in about log2(B) groups, the first ones early. Every wait is for a
 group that is gathering, whose leader commits it whatever happens to the others, so none can
-wait forever.
+wait forever (a store that hangs a commit holds the requests behind it as long as it would
+have held their own openings).
 """
 
 from __future__ import annotations

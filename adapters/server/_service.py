@@ -152,8 +152,10 @@ class ResponseService:
         (see `_prepare.prepare`; `recent`: conversations the store lacks, by response id).
 
         When many requests arrive together, their openings are committed a few at a time
-        (`LogWriter.room_for_opening`), so the first of them need not wait for the last."""
-        await self.recorder.log.room_for_opening()
+        (`LogWriter.room_for_opening`), so the first of them need not wait for the last; a
+        `store: false` request, which writes nothing to the log, never waits for it."""
+        if not (isinstance(body, dict) and body.get("store") is False):
+            await self.recorder.log.room_for_opening()
 
         def running(response_id: str) -> bool:
             run = self.live.get(response_id)

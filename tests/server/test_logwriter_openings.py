@@ -130,14 +130,12 @@ def _post(body: dict[str, Any]) -> tuple[dict[str, Any], Any]:
     return scope, raw
 
 
-@pytest.mark.parametrize("anyio_backend", ["asyncio"])
-async def test_requests_arriving_together_get_their_first_events_before_the_rest_are_prepared(
-    anyio_backend: str, trace_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """Through the app and a SQLite log: of ten streamed requests started in one turn, the
-    first three have sent their first body bytes (`response.created`) before the fourth is
-    prepared. Before, every one of the ten was prepared first (the first event of the first
-    waited for the preparation of the other nine)."""
+async def _burst(
+    trace_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, unstored: frozenset[int]
+) -> list[tuple[str, int]]:
+    """Ten streamed requests started in one turn through the app and a SQLite log (`unstored`:
+    those sent with `store: false`): the order in which each was prepared and sent its first
+    body bytes (`response.created`)."""
     order: list[tuple[str, int]] = []
     prepare = service_module.prepare
 
@@ -151,7 +149,7 @@ async def test_requests_arriving_together_get_their_first_events_before_the_rest
 
     async def request(i: int) -> None:
         scope, raw = _post({"model": "greeting", "input": "hi", "stream": True,
-                            "metadata": {"i": str(i)}})  # fmt: skip
+                            "store": i not in unstored, "metadata": {"i": str(i)}})  # fmt: skip
         asked = False
         done = anyio.Event()
         bodies = 0
@@ -187,5 +185,28 @@ async def test_requests_arriving_together_get_their_first_events_before_the_rest
     finally:
         store.close()
     assert len(order) == 20
+    return order
+
+
+@pytest.mark.parametrize("anyio_backend", ["asyncio"])
+async def test_requests_arriving_together_get_their_first_events_before_the_rest_are_prepared(
+    anyio_backend: str, trace_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Of ten streamed requests started in one turn, the first three have sent their first
+    events before the fourth is prepared. Before, every one of the ten was prepared first
+    (the first event of the first waited for the preparation of the other nine)."""
+    order = await _burst(trace_dir, tmp_path, monkeypatch, frozenset())
     fourth = order.index(("prepared", 3))
     assert {i for kind, i in order[:fourth] if kind == "first event"} == {0, 1, 2}
+
+
+@pytest.mark.parametrize("anyio_backend", ["asyncio"])
+async def test_a_store_false_request_in_a_burst_does_not_wait_for_the_log(
+    anyio_backend: str, trace_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A `store: false` request writes nothing to the log: arriving last in a burst, it is
+    prepared (and answered) before the logged requests that wait for room (it waited with
+    them before)."""
+    order = await _burst(trace_dir, tmp_path, monkeypatch, frozenset({9}))
+    assert order.index(("prepared", 9)) < order.index(("prepared", 3))
+    assert order.index(("first event", 9)) < order.index(("prepared", 3))
