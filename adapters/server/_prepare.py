@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import secrets
+import time
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -73,9 +74,15 @@ class Prepared:
 
 
 def new_response_id() -> str:
-    """`resp_` and 32 random hex digits (128 bits from the OS, as `uuid4` has 122 of): 0.64 µs,
-    against 2.17 for `uuid4().hex`, which builds a UUID object to print it."""
-    return f"resp_{secrets.token_hex(16)}"
+    """`resp_` and 32 hex digits: 12 of the time (in steps of 2^16 ns, 65.5 µs, for 580 years
+    from 1970), then 20 random ones (80 bits from the OS: still unguessable).
+
+    Ids made later sort later, so a new response's entries in the store's indexes by id (its
+    `responses` row's, its saved input's, its owner's) go on the last page of each rather than
+    on a random one, which a commit then writes to the WAL again: a group commit of three
+    openings into a store holding 20,000 responses wrote 11.1 WAL frames against 16.1 with
+    ids all random, in 76 µs against 104 (`benchmarks/bench_store.py`)."""
+    return f"resp_{time.time_ns() >> 16:012x}{secrets.token_hex(10)}"
 
 
 async def prepare(

@@ -56,10 +56,19 @@ def test_each_response_gets_its_own_id(server: Server) -> None:
     assert all(re.fullmatch(r"resp_[0-9a-f]{32}", i) for i in ids)
 
 
-def test_response_ids_are_32_random_hex_digits() -> None:
-    ids = {new_response_id() for _ in range(10_000)}
-    assert len(ids) == 10_000
+def test_response_ids_are_32_hex_digits_unique_and_sorted_by_time() -> None:
+    """The first 12 digits are the time, the other 20 random: ids made later sort later (so a
+    store's indexes by id grow at their end), and none repeats."""
+    ids = [new_response_id() for _ in range(10_000)]
+    assert len(set(ids)) == 10_000
     assert all(re.fullmatch(r"resp_[0-9a-f]{32}", i) for i in ids)
+    assert len({i[17:] for i in ids}) == 10_000  # the random part alone tells them apart
+    spaced = []
+    for _ in range(20):
+        spaced.append(new_response_id())
+        time.sleep(0.0002)  # more than one step of the time part (65.5 µs)
+    assert spaced == sorted(spaced)  # random ids: 1 chance in 20! of this order
+    assert abs(int(spaced[0][5:17], 16) * 2**16 / 1e9 - time.time()) < 60
 
 
 def test_stream_helper_final_response_holds_the_function_call(server: Server) -> None:
