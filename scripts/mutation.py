@@ -51,7 +51,10 @@ _STATEMACHINE = [
 ]
 #: module -> the tests run against each of its mutants (few and fast; see the docstring)
 TESTS: dict[str, list[str]] = {
-    "adapters/server/_logwriter.py": ["tests/server/test_logwriter.py"],
+    "adapters/server/_logwriter.py": [
+        "tests/server/test_logwriter.py",
+        "tests/server/test_logwriter_openings.py",
+    ],
     "adapters/server/_recovery.py": ["tests/server/test_recovery.py"],
     "adapters/server/_store.py": ["tests/server/test_store.py", "tests/server/test_logwriter.py"],
     "adapters/server/_sqlite.py": ["tests/server/test_store.py", "tests/server/test_logwriter.py"],
