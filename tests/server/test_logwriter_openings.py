@@ -58,6 +58,85 @@ async def test_a_burst_of_openings_commits_a_few_at_a_time_the_first_sent_first(
         assert await store.read(f"resp_new{i}") == LOG[:2]
 
 
+@pytest.mark.parametrize(
+    ("burst", "groups"), [(4, [3, 1]), (9, [3, 3, 3]), (10, [3, 4, 3]), (30, [3, 14, 7, 3, 3])]
+)
+@pytest.mark.parametrize("anyio_backend", ["asyncio"])
+async def test_each_group_takes_half_of_those_that_waited_and_at_least_three(
+    anyio_backend: str, burst: int, groups: list[int]
+) -> None:
+    """The next group's room is half the requests that waited, rounded up, at least
+    `OPENINGS_PER_GROUP`: 27 waited, 14; 13, 7; 6, 3 (not 3.5, nor 4)."""
+    store = GatedStore()
+    writer = LogWriter(store)
+
+    async def request(i: int) -> None:
+        await writer.room_for_opening()
+        await writer.write(f"resp_new{i}", LOG[:2], background=False)
+
+    with anyio.fail_after(HANG):
+        async with anyio.create_task_group() as tg:
+            for i in range(burst):
+                tg.start_soon(request, i)
+    assert [len(group) for group in store.groups] == groups
+
+
+@pytest.mark.parametrize("anyio_backend", ["asyncio"])
+async def test_running_streams_batches_take_no_room_from_new_responses(anyio_backend: str) -> None:
+    """Only openings (a log's first batch, sequence number 0) count: five running streams'
+    next batches and three new responses arriving in the same turn are one commit."""
+    store = GatedStore()
+    writer = LogWriter(store)
+    for s in range(5):
+        await writer.write(f"resp_run{s}", LOG[:2], background=False)
+    store.groups.clear()
+
+    async def stream(s: int) -> None:
+        await writer.write(f"resp_run{s}", LOG[2:5], background=False)
+
+    async def request(i: int) -> None:
+        await writer.room_for_opening()
+        await writer.write(f"resp_new{i}", LOG[:2], background=False)
+
+    with anyio.fail_after(HANG):
+        async with anyio.create_task_group() as tg:
+            for s in range(5):
+                tg.start_soon(stream, s)
+            for i in range(4):
+                tg.start_soon(request, i)
+    assert [sorted(group) for group in store.groups] == [
+        sorted([*(f"resp_run{s}" for s in range(5)), "resp_new0", "resp_new1", "resp_new2"]),
+        ["resp_new3"],
+    ]
+
+
+@pytest.mark.parametrize("anyio_backend", ["asyncio"])
+async def test_a_group_past_its_room_still_holds_newcomers_back(anyio_backend: str) -> None:
+    """Requests whose preparation suspends (a render in a worker process) all pass before any
+    writes, so a group can gather more openings than its room (five here); a request arriving
+    then still waits for that group's commit rather than join it."""
+    store = GatedStore()
+    writer = LogWriter(store)
+
+    async def suspending(i: int) -> None:
+        await writer.room_for_opening()
+        await anyio.sleep(0)  # prepared elsewhere
+        await writer.write(f"resp_new{i}", LOG[:2], background=False)
+
+    async def newcomer() -> None:
+        await anyio.sleep(0)  # arrives once the five have passed, as they write
+        await writer.room_for_opening()
+        await writer.write("resp_late", LOG[:2], background=False)
+
+    with anyio.fail_after(HANG):
+        async with anyio.create_task_group() as tg:
+            for i in range(5):
+                tg.start_soon(suspending, i)
+            tg.start_soon(newcomer)
+    assert [len(group) for group in store.groups] == [5, 1]
+    assert store.groups[1] == ["resp_late"]
+
+
 @settings(max_examples=60, deadline=None)
 @given(
     news=st.integers(1, 25),
