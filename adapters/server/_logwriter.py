@@ -58,8 +58,10 @@ Published = Callable[[Sequence[EventRecord]], None]
 #: module docstring). Measured with `benchmarks/bench_server.py` on this project's 2-core
 #: machine, against one group per turn, same runs: at 10 streams the time to first event p50
 #: went from 1.00-1.14x the vLLM-style peer's to 0.87-0.96x (5 rounds; 2: 0.84-0.97, 5:
-#: 0.90-1.19) for 3-4% more server CPU per event (two more commits per burst of ten); at 200
-#: streams 0.25-0.37x against 0.32-0.52x, events/s 194k-202k against 186k-198k.
+#: 0.90-1.19) for 3-4% more server CPU per event (two more commits per burst of ten), which
+#: response ids that sort by time took back (`_prepare.new_response_id`: in process, 346 µs a
+#: request against 344 before both); at 200 streams 0.25-0.37x against 0.32-0.52x, events/s
+#: 194k-202k against 186k-198k.
 OPENINGS_PER_GROUP = 3
 
 

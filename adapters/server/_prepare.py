@@ -81,7 +81,7 @@ def new_response_id() -> str:
     `responses` row's, its saved input's, its owner's) go on the last page of each rather than
     on a random one, which a commit then writes to the WAL again: a group commit of three
     openings into a store holding 20,000 responses wrote 11.1 WAL frames against 16.1 with
-    ids all random, in 76 µs against 104 (`benchmarks/bench_store.py`)."""
+    ids all random, in 97 µs against 126 (`benchmarks/bench_store.py --rounds 3`)."""
     return f"resp_{time.time_ns() >> 16:012x}{secrets.token_hex(10)}"
 
 
